@@ -1,0 +1,313 @@
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+// backend does the version-specific work for one knob or one cgroup. Paths are relative to the
+// hierarchy root.
+type backend interface {
+	create(path string) error
+	attach(path string, pid int) error
+	remove(path string) error
+	// fileValue turns a version-independent knob value (see wanted) into the canonical text
+	// this version's file holds; read returns that form and write takes it.
+	fileValue(k knob, value string) string
+	read(path string, k knob) (string, error)
+	write(path string, k knob, value string) error
+}
+
+func newBackend(layout *cgroupfs.Layout) (backend, error) {
+	if layout.Version == cgroupfs.V2 {
+		return &v2Backend{layout: layout}, nil
+	}
+	for name, mount := range layout.Controllers() {
+		named := filepath.Join(filepath.Dir(mount), name)
+		if a, b := resolve(named), resolve(mount); a != b {
+			return nil, fmt.Errorf("cgroup v1 controller %s is mounted at %s but %s is not that mount; tidal needs the usual /sys/fs/cgroup/<controller> names", name, mount, named)
+		}
+	}
+	return &v1Backend{layout: layout, groups: map[string]cgroup1.Cgroup{}}, nil
+}
+
+func resolve(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}
+
+// v1Backend drives the cpu, cpuacct, cpuset and memory hierarchies through containerd/cgroups.
+type v1Backend struct {
+	layout *cgroupfs.Layout
+	groups map[string]cgroup1.Cgroup
+}
+
+// hierarchy limits containerd/cgroups to the controllers tidal owns, so it never creates or
+// removes directories in hierarchies (devices, freezer, pids...) tidal does not manage.
+// containerd/cgroups finds a controller at <root>/<name>, as every distribution mounts it (a
+// co-mounted cpu,cpuacct has cpu and cpuacct links); newBackend checks that this holds.
+func (b *v1Backend) hierarchy() ([]cgroup1.Subsystem, error) {
+	var subs []cgroup1.Subsystem
+	for name, mount := range b.layout.Controllers() {
+		root := filepath.Dir(mount)
+		switch name {
+		case "cpu":
+			subs = append(subs, cgroup1.NewCpu(root))
+		case "cpuacct":
+			subs = append(subs, cgroup1.NewCpuacct(root))
+		case "cpuset":
+			subs = append(subs, cgroup1.NewCpuset(root))
+		case "memory":
+			subs = append(subs, cgroup1.NewMemory(root))
+		}
+	}
+	return subs, nil
+}
+
+func (b *v1Backend) group(path string) (cgroup1.Cgroup, error) {
+	if g, ok := b.groups[path]; ok {
+		return g, nil
+	}
+	// New creates missing directories and, for cpuset, copies the parent's cpus and mems so a
+	// task can join at once.
+	g, err := cgroup1.New(cgroup1.StaticPath("/"+path), &specs.LinuxResources{}, cgroup1.WithHierarchy(b.hierarchy))
+	if err != nil {
+		return nil, err
+	}
+	b.groups[path] = g
+	return g, nil
+}
+
+func (b *v1Backend) create(path string) error {
+	_, err := b.group(path)
+	return err
+}
+
+func (b *v1Backend) attach(path string, pid int) error {
+	g, err := b.group(path)
+	if err != nil {
+		return err
+	}
+	return g.AddProc(uint64(pid))
+}
+
+func (b *v1Backend) remove(path string) error {
+	g, err := b.group(path)
+	if err != nil {
+		return err
+	}
+	delete(b.groups, path)
+	return g.Delete()
+}
+
+func (b *v1Backend) fileValue(_ knob, value string) string { return value }
+
+func (b *v1Backend) read(path string, k knob) (string, error) {
+	file := func(controller, name string) (string, error) {
+		data, err := os.ReadFile(filepath.Join(b.layout.Dir(controller, path), name))
+		return strings.TrimSpace(string(data)), err
+	}
+	switch k {
+	case knobCPUs:
+		v, err := file("cpuset", "cpuset.cpus")
+		return canonicalCPUs(v), err
+	case knobMems:
+		v, err := file("cpuset", "cpuset.mems")
+		return canonicalCPUs(v), err
+	case knobIdle:
+		return file("cpu", "cpu.idle")
+	case knobShares:
+		return file("cpu", "cpu.shares")
+	case knobQuota:
+		q, err := file("cpu", "cpu.cfs_quota_us")
+		if err != nil {
+			return "", err
+		}
+		p, err := file("cpu", "cpu.cfs_period_us")
+		if err != nil || q == "-1" {
+			return q, err
+		}
+		// A period other than ours means the quota text differs: rewrite it with ours.
+		if p != strconv.Itoa(cfsPeriodMicros) {
+			return q + "/" + p, nil
+		}
+		return q, nil
+	case knobMemoryLimit:
+		v, err := file("memory", "memory.limit_in_bytes")
+		if n, perr := strconv.ParseInt(v, 10, 64); perr == nil && n >= v1MemoryUnlimited {
+			return "-1", err
+		}
+		return v, err
+	}
+	return "", fmt.Errorf("unknown knob %d", k)
+}
+
+func (b *v1Backend) write(path string, k knob, value string) error {
+	if k == knobIdle {
+		return writeFile(filepath.Join(b.layout.Dir("cpu", path), "cpu.idle"), value)
+	}
+	g, err := b.group(path)
+	if err != nil {
+		return err
+	}
+	r := &specs.LinuxResources{}
+	switch k {
+	case knobCPUs:
+		r.CPU = &specs.LinuxCPU{Cpus: value}
+	case knobMems:
+		r.CPU = &specs.LinuxCPU{Mems: value}
+	case knobShares:
+		n, _ := strconv.ParseUint(value, 10, 64)
+		r.CPU = &specs.LinuxCPU{Shares: &n}
+	case knobQuota:
+		q, _ := strconv.ParseInt(value, 10, 64)
+		p := uint64(cfsPeriodMicros)
+		r.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
+	case knobMemoryLimit:
+		n, _ := strconv.ParseInt(value, 10, 64)
+		r.Memory = &specs.LinuxMemory{Limit: &n}
+	}
+	return g.Update(r)
+}
+
+// v2Backend drives a unified hierarchy through containerd/cgroups.
+type v2Backend struct {
+	layout *cgroupfs.Layout
+}
+
+func (b *v2Backend) manager(path string) (*cgroup2.Manager, error) {
+	return cgroup2.Load("/"+path, cgroup2.WithMountpoint(b.layout.Unified))
+}
+
+func (b *v2Backend) create(path string) error {
+	m, err := cgroup2.NewManager(b.layout.Unified, "/"+path, &cgroup2.Resources{})
+	if err != nil {
+		return err
+	}
+	// Enable in the parents only the controllers this kernel offers: a hybrid host's unified
+	// mount may carry none of cpu, cpuset or memory.
+	avail, err := m.RootControllers()
+	if err != nil {
+		return err
+	}
+	var want []string
+	for _, c := range avail {
+		if c == "cpu" || c == "cpuset" || c == "memory" {
+			want = append(want, c)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	return m.ToggleControllers(want, cgroup2.Enable)
+}
+
+func (b *v2Backend) attach(path string, pid int) error {
+	m, err := b.manager(path)
+	if err != nil {
+		return err
+	}
+	return m.AddProc(uint64(pid))
+}
+
+func (b *v2Backend) remove(path string) error {
+	m, err := b.manager(path)
+	if err != nil {
+		return err
+	}
+	return m.Delete()
+}
+
+func (b *v2Backend) fileValue(k knob, value string) string {
+	if k == knobShares {
+		n, _ := strconv.ParseUint(value, 10, 64)
+		return strconv.FormatUint(sharesToWeight(n), 10)
+	}
+	return value
+}
+
+func (b *v2Backend) read(path string, k knob) (string, error) {
+	name := v2File(k)
+	data, err := os.ReadFile(filepath.Join(b.layout.Unified, path, name))
+	v := strings.TrimSpace(string(data))
+	switch k {
+	case knobCPUs, knobMems:
+		v = canonicalCPUs(v)
+	case knobQuota:
+		// "max 100000" or "<quota> 100000"
+		q, p, _ := strings.Cut(v, " ")
+		switch {
+		case q == "max":
+			v = "-1"
+		case p != strconv.Itoa(cfsPeriodMicros):
+			v = q + "/" + p
+		default:
+			v = q
+		}
+	case knobMemoryLimit:
+		if v == "max" {
+			v = "-1"
+		}
+	}
+	return v, err
+}
+
+func (b *v2Backend) write(path string, k knob, value string) error {
+	switch {
+	case k == knobIdle:
+		return writeFile(filepath.Join(b.layout.Unified, path, "cpu.idle"), value)
+	case k == knobMemoryLimit && value == "-1":
+		return writeFile(filepath.Join(b.layout.Unified, path, "memory.max"), "max")
+	}
+	m, err := b.manager(path)
+	if err != nil {
+		return err
+	}
+	r := &cgroup2.Resources{}
+	switch k {
+	case knobCPUs:
+		r.CPU = &cgroup2.CPU{Cpus: value}
+	case knobMems:
+		r.CPU = &cgroup2.CPU{Mems: value}
+	case knobShares:
+		w, _ := strconv.ParseUint(value, 10, 64)
+		r.CPU = &cgroup2.CPU{Weight: &w}
+	case knobQuota:
+		var q *int64
+		if n, _ := strconv.ParseInt(value, 10, 64); n >= 0 {
+			q = &n
+		}
+		p := uint64(cfsPeriodMicros)
+		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(q, &p)}
+	case knobMemoryLimit:
+		n, _ := strconv.ParseInt(value, 10, 64)
+		r.Memory = &cgroup2.Memory{Max: &n}
+	}
+	return m.Update(r)
+}
+
+// v2File is the unified-hierarchy file behind a knob.
+func v2File(k knob) string {
+	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.weight", "cpu.max", "memory.max"}[k]
+}
+
+func writeFile(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteString(value)
+	return errors.Join(werr, f.Close())
+}

@@ -1,0 +1,101 @@
+// Package isolationtest gives tests a cgroup root of their own: uniquely named, created in
+// every hierarchy tidal uses and removed (processes killed first) when the test ends, also
+// when it fails.
+package isolationtest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+// Layout detects this machine's cgroup layout, skipping the test when it cannot manage cgroups
+// (not root, no cgroup file system).
+func Layout(t testing.TB) *cgroupfs.Layout {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to manage cgroups")
+	}
+	l, err := cgroupfs.Detect("/sys/fs/cgroup", "auto")
+	if err != nil {
+		t.Skipf("no usable cgroup hierarchy: %v", err)
+	}
+	return l
+}
+
+// RootName returns a fresh cgroup root name ("tidal-test-<random>") and removes that tree from
+// every hierarchy of layout when the test ends.
+func RootName(t testing.TB, layout *cgroupfs.Layout) string {
+	t.Helper()
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	name := "tidal-test-" + hex.EncodeToString(b)
+	t.Cleanup(func() { Cleanup(t, layout, name) })
+	return name
+}
+
+// Cleanup kills every process under root and removes root's cgroups, deepest first, in every
+// hierarchy tidal uses.
+func Cleanup(t testing.TB, layout *cgroupfs.Layout, root string) {
+	t.Helper()
+	dirs := map[string]bool{}
+	for _, mount := range mounts(layout) {
+		top := filepath.Join(mount, root)
+		if _, err := os.Stat(top); err != nil {
+			continue
+		}
+		killAll(layout, root)
+		_ = filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs[p] = true
+			}
+			return nil
+		})
+	}
+	list := make([]string, 0, len(dirs))
+	for d := range dirs {
+		list = append(list, d)
+	}
+	sort.Slice(list, func(i, j int) bool { return strings.Count(list[i], "/") > strings.Count(list[j], "/") })
+	for _, d := range list {
+		var err error
+		for try := 0; try < 50; try++ {
+			if err = os.Remove(d); err == nil || os.IsNotExist(err) {
+				break
+			}
+			killAll(layout, root)
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil && !os.IsNotExist(err) {
+			t.Errorf("cleanup: cannot remove cgroup %s: %v", d, err)
+		}
+	}
+}
+
+func killAll(layout *cgroupfs.Layout, root string) {
+	pids, _ := layout.Procs(root, true)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func mounts(layout *cgroupfs.Layout) []string {
+	if layout.Version == cgroupfs.V2 {
+		return []string{layout.Unified}
+	}
+	var out []string
+	for _, m := range layout.Controllers() {
+		out = append(out, m)
+	}
+	return out
+}

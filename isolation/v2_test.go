@@ -1,0 +1,132 @@
+package isolation_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/isolation/isolationtest"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+// fakeV2 lays out the files a unified hierarchy shows for each cgroup in paths, so the v2 write
+// path can be checked on a machine that mounts cgroup v1: file names, units (shares become
+// cpu.weight, quota becomes cpu.max) and "max" for unlimited.
+func fakeV2(t *testing.T, paths ...string) string {
+	t.Helper()
+	mount := t.TempDir()
+	files := map[string]string{
+		"cgroup.controllers": "cpuset cpu memory", "cgroup.subtree_control": "", "cgroup.procs": "",
+		"cpuset.cpus": "", "cpuset.mems": "", "cpu.weight": "100", "cpu.idle": "0",
+		"cpu.max": "max 100000", "memory.max": "max",
+		"cpu.stat": "usage_usec 1500\nuser_usec 1000\n", "memory.current": "4096", "memory.stat": "inactive_file 1024\n",
+	}
+	for _, p := range append([]string{""}, paths...) {
+		dir := filepath.Join(mount, p)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return mount
+}
+
+func TestApplyV2Files(t *testing.T) {
+	mount := fakeV2(t, "tidal", "tidal/reclaimed", "tidal/reclaimed/batch")
+	l := cgroupfs.NewV2(mount)
+	w := newWriter(t, l)
+	tree := []plugins.Cgroup{
+		{Path: "tidal", Settings: plugins.Settings{CPUs: cpuset.New(0, 1, 2, 3)}},
+		{Path: "tidal/reclaimed", Settings: plugins.Settings{CPUs: cpuset.New(2, 3), CPUIdle: plugins.On, CPUQuota: 1500, MemoryLimit: 1 << 30}},
+		{Path: "tidal/reclaimed/batch", Settings: plugins.Settings{CPUShares: 2, MemoryLimit: plugins.Unlimited}},
+	}
+	if err := w.Apply(tree); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"tidal/cpuset.cpus":                "0-3",
+		"tidal/reclaimed/cpuset.cpus":      "2-3",
+		"tidal/reclaimed/cpu.idle":         "1",
+		"tidal/reclaimed/cpu.max":          "150000 100000",
+		"tidal/reclaimed/memory.max":       strconv.Itoa(1 << 30),
+		"tidal/reclaimed/batch/cpu.weight": "1",
+		"tidal/reclaimed/batch/memory.max": "max",
+	}
+	for f, v := range want {
+		data, err := os.ReadFile(filepath.Join(mount, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(data)); got != v {
+			t.Errorf("%s = %q, want %q", f, got, v)
+		}
+	}
+	if got, err := l.CPUUsage("tidal"); err != nil || got != 1500*time.Microsecond {
+		t.Errorf("CPUUsage = %v, %v; want 1.5ms", got, err)
+	}
+	if got, err := l.MemoryUsage("tidal"); err != nil || got != 3072 {
+		t.Errorf("MemoryUsage = %v, %v; want 3072", got, err)
+	}
+	// Unchanged: nothing written.
+	before := totalWrites(w)
+	if err := w.Apply(tree); err != nil {
+		t.Fatal(err)
+	}
+	if totalWrites(w) != before {
+		t.Error("unchanged v2 settings were written again")
+	}
+}
+
+// The real unified hierarchy of this machine (on a hybrid host it carries no cpu or memory
+// controller): cgroups are created, a process joins one, its CPU time and pressure are read,
+// and the cgroup is removed.
+func TestRealUnifiedHierarchy(t *testing.T) {
+	isolationtest.Layout(t) // root check
+	mount := "/sys/fs/cgroup"
+	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.procs"); err == nil {
+		mount = "/sys/fs/cgroup/unified"
+	}
+	l, err := cgroupfs.Detect(mount, "v2")
+	if err != nil {
+		t.Skipf("no cgroup2 mount: %v", err)
+	}
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	path := root + "/reclaimed/spin"
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if err := w.Attach(path, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	pids, err := l.Procs(root, true)
+	if err != nil || len(pids) != 1 || pids[0] != cmd.Process.Pid {
+		t.Fatalf("Procs = %v, %v", pids, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	used, err := l.CPUUsage(path)
+	if err != nil || used < 50*time.Millisecond {
+		t.Errorf("CPUUsage of a spinning process over 200ms = %v, %v", used, err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Dir("cpu", path), "cpu.pressure")); err != nil {
+		t.Errorf("no per-cgroup PSI file: %v", err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if err := w.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+}

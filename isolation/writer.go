@@ -1,0 +1,279 @@
+// Package isolation is the only code that writes cgroups. Every write goes through Writer,
+// which writes a knob only when its value changes, orders cpuset and quota changes so the
+// kernel accepts them (widen parents first, narrow children first), counts every write and
+// logs it at debug level.
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+// Writer applies desired cgroup settings. It is safe for concurrent use; writes are serialized.
+type Writer struct {
+	layout  *cgroupfs.Layout
+	procDir string
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	backend backend
+	// known holds the last value written or read for each cgroup and knob, so unchanged
+	// values cost no system call. Forget drops it to re-check the files (drift repair).
+	known  map[string]map[knob]string
+	writes [numKnobs]uint64
+	errs   [numKnobs]uint64
+}
+
+// NewWriter returns a Writer for the hierarchies in layout.
+func NewWriter(layout *cgroupfs.Layout, log *slog.Logger) (*Writer, error) {
+	b, err := newBackend(layout)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{
+		layout:  layout,
+		procDir: "/proc",
+		log:     log,
+		backend: b,
+		known:   map[string]map[knob]string{},
+	}, nil
+}
+
+// Layout is the cgroup layout this writer works on.
+func (w *Writer) Layout() *cgroupfs.Layout { return w.layout }
+
+// SupportsIdle says whether the kernel offers cpu.idle (Linux 5.15+), the lowest CPU priority.
+func (w *Writer) SupportsIdle() bool {
+	if w.layout.Version == cgroupfs.V2 {
+		// The root of a unified hierarchy has no cpu.idle file; only children do.
+		return kernelAtLeast(5, 15)
+	}
+	_, err := os.Stat(filepath.Join(w.layout.Dir("cpu", ""), "cpu.idle"))
+	return err == nil
+}
+
+// Apply brings every cgroup in desired to its settings, creating missing cgroups. It writes
+// only knobs whose value differs, widens cpusets and raises quotas parent-first, then narrows
+// them child-first, so each write is valid for the kernel at the time it is made. It keeps
+// going after an error and returns all of them.
+func (w *Writer) Apply(desired []plugins.Cgroup) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	nodes := append([]plugins.Cgroup(nil), desired...)
+	sort.SliceStable(nodes, func(i, j int) bool { return depth(nodes[i].Path) < depth(nodes[j].Path) })
+	wants := make([]map[knob]string, len(nodes))
+	var errs []error
+	for i, n := range nodes {
+		wants[i] = wanted(n.Settings)
+		for k, v := range wants[i] {
+			wants[i][k] = w.backend.fileValue(k, v)
+		}
+		if err := w.ensure(n.Path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	// Pass 1, parents first: widen cpusets to old ∪ new and raise quotas.
+	for i, n := range nodes {
+		for _, k := range []knob{knobCPUs, knobMems} {
+			v, ok := wants[i][k]
+			if !ok {
+				continue
+			}
+			cur, err := w.current(n.Path, k)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if widened := union(cur, v); widened != cur {
+				errs = append(errs, w.write(n.Path, k, widened))
+			}
+		}
+		if v, ok := wants[i][knobQuota]; ok {
+			if cur, err := w.current(n.Path, knobQuota); err == nil && quotaMicros(v) > quotaMicros(cur) {
+				errs = append(errs, w.write(n.Path, knobQuota, v))
+			}
+		}
+	}
+	// Pass 2, children first: every knob to its final value.
+	for i := len(nodes) - 1; i >= 0; i-- {
+		for k := knob(0); k < numKnobs; k++ {
+			v, ok := wants[i][k]
+			if !ok {
+				continue
+			}
+			cur, err := w.current(nodes[i].Path, k)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if cur != v {
+				errs = append(errs, w.write(nodes[i].Path, k, v))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Ensure creates cgroup path (and its parents) in every hierarchy tidal uses.
+func (w *Writer) Ensure(path string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ensure(path)
+}
+
+func (w *Writer) ensure(path string) error {
+	if _, ok := w.known[path]; ok {
+		return nil
+	}
+	if err := w.backend.create(path); err != nil {
+		return fmt.Errorf("create cgroup %s: %w", path, err)
+	}
+	w.known[path] = map[knob]string{}
+	return nil
+}
+
+// Attach moves process pid (all its threads) into cgroup path.
+func (w *Writer) Attach(path string, pid int) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.ensure(path); err != nil {
+		return err
+	}
+	if err := w.backend.attach(path, pid); err != nil {
+		return fmt.Errorf("move pid %d to cgroup %s: %w", pid, path, err)
+	}
+	w.log.Debug("cgroup attach", "path", path, "pid", pid)
+	return nil
+}
+
+// Remove deletes cgroup path, which must hold no process, and forgets what it knew of it and
+// its descendants. A cgroup that is already gone is not an error.
+func (w *Writer) Remove(path string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for p := range w.known {
+		if p == path || strings.HasPrefix(p, path+"/") {
+			delete(w.known, p)
+		}
+	}
+	if !w.layout.Exists(path) {
+		return nil
+	}
+	if err := w.backend.remove(path); err != nil {
+		return fmt.Errorf("remove cgroup %s: %w", path, err)
+	}
+	w.log.Debug("cgroup remove", "path", path)
+	return nil
+}
+
+// Forget drops every remembered value so the next Apply re-reads the files and repairs drift
+// made by someone else.
+func (w *Writer) Forget() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for p := range w.known {
+		w.known[p] = map[knob]string{}
+	}
+}
+
+// Signal sends sig to every process in cgroup path and its descendants and returns how many
+// it reached.
+func (w *Writer) Signal(path string, sig syscall.Signal) (int, error) {
+	pids, err := w.layout.Procs(path, true)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err == nil {
+			n++
+		} else if !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("signal %v to pid %d: %w", sig, pid, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// SetOOMScoreAdj sets a process's OOM score adjustment (inherited by its children), so the
+// kernel's OOM killer picks reclaimed work before online work.
+func (w *Writer) SetOOMScoreAdj(pid, score int) error {
+	path := filepath.Join(w.procDir, strconv.Itoa(pid), "oom_score_adj")
+	if err := writeFile(path, strconv.Itoa(score)); err != nil {
+		return fmt.Errorf("set %s: %w", path, err)
+	}
+	return nil
+}
+
+// WriteStats counts cgroup writes and failed writes by knob name.
+type WriteStats struct {
+	Writes map[string]uint64
+	Errors map[string]uint64
+}
+
+// Stats returns the write counters.
+func (w *Writer) Stats() WriteStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := WriteStats{Writes: map[string]uint64{}, Errors: map[string]uint64{}}
+	for k := knob(0); k < numKnobs; k++ {
+		s.Writes[k.String()] = w.writes[k]
+		s.Errors[k.String()] = w.errs[k]
+	}
+	return s
+}
+
+// current is the knob's value: remembered, else read from the file.
+func (w *Writer) current(path string, k knob) (string, error) {
+	if v, ok := w.known[path][k]; ok {
+		return v, nil
+	}
+	v, err := w.backend.read(path, k)
+	if err != nil {
+		return "", fmt.Errorf("read %s of cgroup %s: %w", k, path, err)
+	}
+	w.known[path][k] = v
+	return v, nil
+}
+
+func (w *Writer) write(path string, k knob, value string) error {
+	old := w.known[path][k]
+	if err := w.backend.write(path, k, value); err != nil {
+		w.errs[k]++
+		// The file's value is now unknown: read it again next time.
+		delete(w.known[path], k)
+		w.log.Warn("cgroup write failed", "path", path, "knob", k.String(), "from", old, "to", value, "err", err)
+		return fmt.Errorf("write %s=%s to cgroup %s: %w", k, value, path, err)
+	}
+	w.writes[k]++
+	w.known[path][k] = value
+	w.log.Debug("cgroup write", "path", path, "knob", k.String(), "from", old, "to", value)
+	return nil
+}
+
+func depth(path string) int { return strings.Count(strings.Trim(path, "/"), "/") }
+
+// union returns the cpuset a ∪ b in canonical form; text it cannot parse is returned as b.
+func union(a, b string) string {
+	sa, err1 := cpuset.Parse(a)
+	sb, err2 := cpuset.Parse(b)
+	if err1 != nil || err2 != nil {
+		return b
+	}
+	return sa.Union(sb).String()
+}

@@ -1,0 +1,167 @@
+package isolation_test
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/isolation/isolationtest"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newWriter(t *testing.T, l *cgroupfs.Layout) *isolation.Writer {
+	t.Helper()
+	w, err := isolation.NewWriter(l, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func read(t *testing.T, l *cgroupfs.Layout, controller, path, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(l.Dir(controller, path), file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func totalWrites(w *isolation.Writer) uint64 {
+	var n uint64
+	for _, v := range w.Stats().Writes {
+		n += v
+	}
+	return n
+}
+
+// A real cgroup v1 tree: settings land in the files, unchanged settings cost no write, and a
+// cpuset that moves between siblings is applied in an order the kernel accepts.
+func TestApplyRealCgroupsV1(t *testing.T) {
+	l := isolationtest.Layout(t)
+	if l.Version != cgroupfs.V1 {
+		t.Skip("this host runs cgroup v2; the v2 path is covered by TestApplyV2Files")
+	}
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	all, err := cpuset.Parse(read(t, l, "cpuset", "", "cpuset.cpus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.Size() < 2 {
+		t.Skip("needs two CPUs")
+	}
+	cpus := all.List()
+	first, last := cpuset.New(cpus[0]), cpuset.New(cpus[len(cpus)-1])
+	tree := func(sharedCPUs, reclaimedCPUs cpuset.CPUSet, quota int64) []plugins.Cgroup {
+		return []plugins.Cgroup{
+			{Path: root, Settings: plugins.Settings{CPUs: all}},
+			{Path: root + "/shared", Settings: plugins.Settings{CPUs: sharedCPUs, CPUShares: 1024}},
+			{Path: root + "/shared/web", Settings: plugins.Settings{CPUs: sharedCPUs}},
+			{Path: root + "/reclaimed", Settings: plugins.Settings{CPUs: reclaimedCPUs, CPUIdle: plugins.On, CPUQuota: quota, MemoryLimit: 256 << 20}},
+			{Path: root + "/reclaimed/batch", Settings: plugins.Settings{CPUs: reclaimedCPUs, CPUIdle: plugins.On, CPUQuota: quota, MemoryLimit: 256 << 20}},
+		}
+	}
+	if err := w.Apply(tree(first, last, 500)); err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct{ controller, path, file, want string }{
+		{"cpuset", root + "/shared/web", "cpuset.cpus", first.String()},
+		{"cpuset", root + "/reclaimed/batch", "cpuset.cpus", last.String()},
+		{"cpu", root + "/reclaimed/batch", "cpu.idle", "1"},
+		{"cpu", root + "/reclaimed/batch", "cpu.cfs_quota_us", "50000"},
+		{"cpu", root + "/reclaimed", "cpu.cfs_quota_us", "50000"},
+		{"cpu", root + "/shared", "cpu.shares", "1024"},
+		{"memory", root + "/reclaimed/batch", "memory.limit_in_bytes", "268435456"},
+	}
+	for _, c := range checks {
+		if got := read(t, l, c.controller, c.path, c.file); got != c.want {
+			t.Errorf("%s/%s = %q, want %q", c.path, c.file, got, c.want)
+		}
+	}
+
+	// Same settings again: no write at all.
+	before := totalWrites(w)
+	if err := w.Apply(tree(first, last, 500)); err != nil {
+		t.Fatal(err)
+	}
+	if after := totalWrites(w); after != before {
+		t.Errorf("unchanged settings wrote %d times", after-before)
+	}
+
+	// Swap the two pools and lower the quota: children must narrow before parents, quotas
+	// drop child-first (the v1 kernel refuses a parent quota under a child's).
+	if err := w.Apply(tree(last, first, 200)); err != nil {
+		t.Fatalf("swap pools: %v", err)
+	}
+	if got := read(t, l, "cpuset", root+"/reclaimed/batch", "cpuset.cpus"); got != first.String() {
+		t.Errorf("after swap reclaimed/batch cpus = %s, want %s", got, first)
+	}
+	if got := read(t, l, "cpu", root+"/reclaimed", "cpu.cfs_quota_us"); got != "20000" {
+		t.Errorf("after shrink quota = %s, want 20000", got)
+	}
+	// And raise it again: parents first.
+	if err := w.Apply(tree(last, first, 1500)); err != nil {
+		t.Fatalf("raise quota: %v", err)
+	}
+
+	// Drift made by someone else is repaired once the writer forgets its cache.
+	if err := os.WriteFile(filepath.Join(l.Dir("cpu", root+"/shared"), "cpu.shares"), []byte("100"), 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Forget()
+	if err := w.Apply(tree(last, first, 1500)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, l, "cpu", root+"/shared", "cpu.shares"); got != "1024" {
+		t.Errorf("drift not repaired: cpu.shares = %s", got)
+	}
+}
+
+func TestAttachAndRemoveV1(t *testing.T) {
+	l := isolationtest.Layout(t)
+	if l.Version != cgroupfs.V1 {
+		t.Skip("v1 only")
+	}
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	path := root + "/reclaimed/sleeper"
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if err := w.Attach(path, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"cpu", "cpuset", "memory"} {
+		pids := read(t, l, c, path, "cgroup.procs")
+		if pids != strconv.Itoa(cmd.Process.Pid) {
+			t.Errorf("%s cgroup.procs = %q, want the sleeper", c, pids)
+		}
+	}
+	if err := w.Remove(path); err == nil {
+		t.Error("removing a cgroup with a live process succeeded")
+	}
+	if n, err := w.Signal(path, 9); err != nil || n != 1 {
+		t.Fatalf("signal reached %d processes: %v", n, err)
+	}
+	_ = cmd.Wait()
+	if err := w.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if l.Exists(path) {
+		t.Error("cgroup still exists after Remove")
+	}
+}

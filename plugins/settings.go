@@ -1,0 +1,40 @@
+// Package plugins holds what resource plugins produce: the desired settings of each cgroup tidal
+// manages. The plugins themselves live in the sub-packages (cpu, memory, eviction).
+package plugins
+
+import "k8s.io/utils/cpuset"
+
+// Unlimited is the CPUQuota or MemoryLimit that removes the limit.
+const Unlimited int64 = -1
+
+// Toggle is an on/off knob that may also be left alone.
+type Toggle int8
+
+const (
+	Unset Toggle = iota
+	On
+	Off
+)
+
+// Settings are the cgroup knobs tidal controls, independent of the cgroup version. A zero field
+// means "leave as it is".
+type Settings struct {
+	CPUs cpuset.CPUSet // cpuset.cpus
+	Mems cpuset.CPUSet // cpuset.mems
+	// CPUShares is in cgroup v1 units (2..262144); on v2 it becomes the equivalent cpu.weight.
+	CPUShares uint64
+	// CPUIdle puts the cgroup in the kernel's SCHED_IDLE class: it runs only when nothing else
+	// wants the CPU. Shares are meaningless (and refused by the kernel) while it is on.
+	CPUIdle Toggle
+	// CPUQuota is a CFS bandwidth limit in millicores, or Unlimited.
+	CPUQuota int64
+	// MemoryLimit is a hard limit in bytes, or Unlimited.
+	MemoryLimit int64
+}
+
+// Cgroup is the desired state of one cgroup. Path is relative to the hierarchy root
+// ("tidal/reclaimed/batch-1").
+type Cgroup struct {
+	Path     string
+	Settings Settings
+}

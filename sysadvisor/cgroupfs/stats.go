@@ -1,0 +1,136 @@
+package cgroupfs
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CPUUsage is the cumulative CPU time used by cgroup rel and its descendants.
+func (l *Layout) CPUUsage(rel string) (time.Duration, error) {
+	if l.Version == V1 {
+		v, err := readInt(filepath.Join(l.Dir("cpuacct", rel), "cpuacct.usage"))
+		return time.Duration(v), err
+	}
+	v, err := readKey(filepath.Join(l.Dir("cpu", rel), "cpu.stat"), "usage_usec")
+	return time.Duration(v) * time.Microsecond, err
+}
+
+// MemoryUsage is the working set of cgroup rel: usage less inactive page cache, the figure
+// kubelet evicts on and the kernel reclaims last.
+func (l *Layout) MemoryUsage(rel string) (int64, error) {
+	dir := l.Dir("memory", rel)
+	if l.Version == V1 {
+		usage, err := readInt(filepath.Join(dir, "memory.usage_in_bytes"))
+		if err != nil {
+			return 0, err
+		}
+		inactive, err := readKey(filepath.Join(dir, "memory.stat"), "total_inactive_file")
+		if err != nil {
+			return 0, err
+		}
+		return max(usage-inactive, 0), nil
+	}
+	usage, err := readInt(filepath.Join(dir, "memory.current"))
+	if err != nil {
+		return 0, err
+	}
+	inactive, err := readKey(filepath.Join(dir, "memory.stat"), "inactive_file")
+	if err != nil {
+		return 0, err
+	}
+	return max(usage-inactive, 0), nil
+}
+
+// Procs lists the processes in cgroup rel (and its descendants when recursive).
+func (l *Layout) Procs(rel string, recursive bool) ([]int, error) {
+	root := l.Dir("cpu", rel)
+	var pids []int
+	readOne := func(dir string) error {
+		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			return err
+		}
+		for _, f := range bytes.Fields(data) {
+			pid, err := strconv.Atoi(string(f))
+			if err != nil {
+				return fmt.Errorf("%s: %w", filepath.Join(dir, "cgroup.procs"), err)
+			}
+			pids = append(pids, pid)
+		}
+		return nil
+	}
+	if !recursive {
+		return pids, readOne(root)
+	}
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return readOne(p)
+		}
+		return nil
+	})
+	return pids, err
+}
+
+// Children lists the names of the child cgroups of rel.
+func (l *Layout) Children(rel string) ([]string, error) {
+	entries, err := os.ReadDir(l.Dir("cpu", rel))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+func readInt(path string) (int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(data))
+	if s == "max" {
+		return -1, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
+// readKey reads the value of "key value" in a flat keyed file such as cpu.stat or memory.stat.
+func readKey(path, key string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), " ")
+		if ok && k == key {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %s: %w", path, key, err)
+			}
+			return n, nil
+		}
+	}
+	if err := s.Err(); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return 0, fmt.Errorf("%s: no %q line", path, key)
+}
