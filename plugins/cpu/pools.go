@@ -1,0 +1,170 @@
+// Package cpu is the CPU resource plugin: it splits each NUMA node's CPUs into the system,
+// dedicated, shared and reclaimed pools, allocates whole cores to dedicated workloads, and
+// sets every cgroup's cpuset, priority and quota from the plan.
+package cpu
+
+import (
+	"fmt"
+	"sort"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/sysadvisor/topology"
+)
+
+// NUMAPools are the pools of one NUMA node. Reclaimed is a subset of Shared: online work may
+// always run on lent CPUs (reclaimed work there runs at the lowest priority), so lending never
+// takes a CPU away from online work, it only lets offline work fill it.
+type NUMAPools struct {
+	Node      int
+	System    cpuset.CPUSet
+	Dedicated cpuset.CPUSet
+	Shared    cpuset.CPUSet
+	Reclaimed cpuset.CPUSet
+}
+
+// Pools are a node's pools, one entry per NUMA node, by node ID.
+type Pools []NUMAPools
+
+// Union of one pool over all NUMA nodes.
+func (p Pools) union(get func(NUMAPools) cpuset.CPUSet) cpuset.CPUSet {
+	out := cpuset.New()
+	for _, n := range p {
+		out = out.Union(get(n))
+	}
+	return out
+}
+
+func (p Pools) System() cpuset.CPUSet {
+	return p.union(func(n NUMAPools) cpuset.CPUSet { return n.System })
+}
+func (p Pools) Dedicated() cpuset.CPUSet {
+	return p.union(func(n NUMAPools) cpuset.CPUSet { return n.Dedicated })
+}
+func (p Pools) Shared() cpuset.CPUSet {
+	return p.union(func(n NUMAPools) cpuset.CPUSet { return n.Shared })
+}
+func (p Pools) Reclaimed() cpuset.CPUSet {
+	return p.union(func(n NUMAPools) cpuset.CPUSet { return n.Reclaimed })
+}
+
+// ComputePools splits the CPUs: reserved ones to system, dedicated ones to their owners, the
+// rest to shared, and on each node the reclaimed pool is the ceil(lent/1000) shared CPUs
+// farthest from system CPUs (highest IDs, whole cores together).
+func ComputePools(topo *topology.Topology, reserved, dedicated cpuset.CPUSet, lentMilli map[int]int64) Pools {
+	var pools Pools
+	for _, node := range topo.NUMANodes {
+		cpus := node.CPUs
+		np := NUMAPools{
+			Node:      node.ID,
+			System:    cpus.Intersection(reserved),
+			Dedicated: cpus.Intersection(dedicated).Difference(reserved),
+		}
+		np.Shared = cpus.Difference(np.System).Difference(np.Dedicated)
+		want := int((lentMilli[node.ID] + 999) / 1000)
+		np.Reclaimed = cpuset.New(farthest(topo, np.Shared, want)...)
+		pools = append(pools, np)
+	}
+	return pools
+}
+
+// PoolMilliCPU is the size of each node's shared pool in millicores: what online and
+// reclaimed work share.
+func (p Pools) PoolMilliCPU() map[int]int64 {
+	out := make(map[int]int64, len(p))
+	for _, n := range p {
+		out[n.Node] = int64(n.Shared.Size()) * 1000
+	}
+	return out
+}
+
+// farthest picks n CPUs of set, highest core first, keeping a core's threads together.
+func farthest(topo *topology.Topology, set cpuset.CPUSet, n int) []int {
+	ids := set.List()
+	core := map[int]int{}
+	for _, c := range topo.CPUs {
+		core[c.ID] = c.Core
+	}
+	sort.SliceStable(ids, func(i, j int) bool {
+		if core[ids[i]] != core[ids[j]] {
+			return core[ids[i]] > core[ids[j]]
+		}
+		return ids[i] > ids[j]
+	})
+	return ids[:min(n, len(ids))]
+}
+
+// Allocate picks n CPUs made of whole cores for a dedicated workload from the CPUs that are
+// neither reserved nor taken, leaving at least one CPU for shared work. With numaBinding all
+// of them come from one NUMA node (the fullest that fits, to keep big holes for later). A
+// request that cannot be met gets an error that says why.
+func Allocate(topo *topology.Topology, reserved, taken cpuset.CPUSet, n int, numaBinding bool) (cpuset.CPUSet, int, error) {
+	if n <= 0 {
+		return cpuset.New(), -1, fmt.Errorf("dedicated workloads need --cpus of at least 1, got %d", n)
+	}
+	free := topo.AllCPUs().Difference(reserved).Difference(taken)
+	if free.Size()-n < 1 {
+		return cpuset.New(), -1, fmt.Errorf("cannot dedicate %d CPUs: %d are free (not reserved or dedicated) and at least 1 must stay in the shared pool", n, free.Size())
+	}
+	// Whole free cores per NUMA node, highest core first.
+	type core struct{ cpus []int }
+	perNode := map[int][]core{}
+	seen := map[int]bool{}
+	threads := 1
+	for _, c := range farthest(topo, free, free.Size()) {
+		if seen[c] {
+			continue
+		}
+		sib := topo.CoreSiblings(c)
+		threads = max(threads, sib.Size())
+		for _, s := range sib.List() {
+			seen[s] = true
+		}
+		if sib.IsSubsetOf(free) {
+			node := topo.NUMANodeOf(c)
+			perNode[node] = append(perNode[node], core{sib.List()})
+		}
+	}
+	if n%threads != 0 {
+		return cpuset.New(), -1, fmt.Errorf("cannot dedicate %d CPUs: each core has %d threads, ask for a multiple of %d so no core is shared", n, threads, threads)
+	}
+	need := n / threads
+	nodes := make([]int, 0, len(perNode))
+	for node := range perNode {
+		nodes = append(nodes, node)
+	}
+	sort.Ints(nodes)
+	if numaBinding {
+		best := -1
+		for _, node := range nodes {
+			if len(perNode[node]) >= need && (best < 0 || len(perNode[node]) < len(perNode[best])) {
+				best = node
+			}
+		}
+		if best < 0 {
+			return cpuset.New(), -1, fmt.Errorf("cannot dedicate %d CPUs on one NUMA node: no node has %d whole free cores", n, need)
+		}
+		var cpus []int
+		for _, c := range perNode[best][:need] {
+			cpus = append(cpus, c.cpus...)
+		}
+		return cpuset.New(cpus...), best, nil
+	}
+	// Without binding: the node with the most free cores first, so the workload spans as few
+	// nodes as it can.
+	sort.SliceStable(nodes, func(i, j int) bool { return len(perNode[nodes[i]]) > len(perNode[nodes[j]]) })
+	var cpus []int
+	for _, node := range nodes {
+		for _, c := range perNode[node] {
+			if need == 0 {
+				break
+			}
+			cpus = append(cpus, c.cpus...)
+			need--
+		}
+	}
+	if need > 0 {
+		return cpuset.New(), -1, fmt.Errorf("cannot dedicate %d CPUs: not enough whole free cores", n)
+	}
+	return cpuset.New(cpus...), -1, nil
+}

@@ -1,0 +1,27 @@
+// Package memory is the memory resource plugin: reclaimed work is limited to the memory the
+// node lends; a workload's own --memory limit applies on top in every tier.
+package memory
+
+import (
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
+)
+
+// Fill sets memory limits: the reclaimed tier and each reclaimed workload at most lent bytes,
+// every other workload its own limit or none. Online tiers are never limited by tidal.
+func Fill(t *plugins.Tree, lent int64, workloads []plugins.Workload) {
+	for _, tier := range qos.AllTiers() {
+		t.Tier(tier).MemoryLimit = plugins.Unlimited
+	}
+	t.Tier(qos.Reclaimed).MemoryLimit = lent
+	for _, w := range workloads {
+		limit := plugins.Unlimited
+		if w.MemoryLimit > 0 {
+			limit = w.MemoryLimit
+		}
+		if w.Tier == qos.Reclaimed && (limit == plugins.Unlimited || limit > lent) {
+			limit = lent
+		}
+		t.Workload(w).MemoryLimit = limit
+	}
+}

@@ -1,0 +1,29 @@
+package plugins
+
+import (
+	"time"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/qos"
+)
+
+// Workload is what plugins know of one managed workload.
+type Workload struct {
+	Name   string
+	Tier   qos.Tier
+	Cgroup string // relative cgroup path
+	// DedicatedCPUs are the whole cores a dedicated workload owns.
+	DedicatedCPUs cpuset.CPUSet
+	// NUMABinding pins a dedicated workload's memory to the NUMA node of its cores.
+	NUMABinding bool
+	// MilliCPU caps a shared or reclaimed workload's CPU time (0: no cap of its own).
+	MilliCPU int64
+	// MemoryLimit caps its memory (0: no limit of its own).
+	MemoryLimit     int64
+	ReclaimPriority int32
+	Started         time.Time
+
+	// Usage, filled from the latest sample, for eviction ranking and status.
+	MemoryUsage int64
+}

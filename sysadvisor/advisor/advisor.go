@@ -1,0 +1,246 @@
+// Package advisor turns online usage into a provision plan: how much CPU (per NUMA node) and
+// memory the node lends to reclaimed work. It predicts online demand as the peak of recent
+// usage plus a safety margin, grows what it lends by at most one step per slow-loop pass and
+// shrinks it at once, on the slow loop or on the fast path's spike signal. It is pure logic:
+// callers feed it samples and act on its plan.
+package advisor
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Config holds the advisor's knobs (from the agent config).
+type Config struct {
+	MinReclaimedMilliCPU int64
+	SafetyMarginMilliCPU int64
+	SafetyMarginRatio    float64
+	GrowStepMilliCPU     int64
+	PeakWindow           time.Duration
+	SpikeThreshold       float64
+
+	ReservedSystemBytes int64
+	MinReclaimedBytes   int64
+	SafetyMarginBytes   int64
+	GrowStepBytes       int64
+}
+
+// NUMASample is what online work uses on one NUMA node's shared pool.
+type NUMASample struct {
+	// PoolMilliCPU is the size of the pool online and reclaimed work share on this node
+	// (its CPUs less system-reserved and dedicated ones).
+	PoolMilliCPU int64
+	// OnlineMilliCPU is what everything but reclaimed work used on those CPUs.
+	OnlineMilliCPU int64
+}
+
+// Sample is one slow-loop measurement of the node.
+type Sample struct {
+	Time time.Time
+	NUMA map[int]NUMASample
+	// MemoryTotalBytes is the node's memory; MemoryOnlineBytes what everything but reclaimed
+	// work uses.
+	MemoryTotalBytes  int64
+	MemoryOnlineBytes int64
+}
+
+// Plan is what the node lends right now.
+type Plan struct {
+	ReclaimedMilliCPU map[int]int64 // per NUMA node
+	ReclaimedMemory   int64
+}
+
+// TotalMilliCPU is the CPU lent on all NUMA nodes together.
+func (p Plan) TotalMilliCPU() int64 {
+	var t int64
+	for _, v := range p.ReclaimedMilliCPU {
+		t += v
+	}
+	return t
+}
+
+// Change is a decision the advisor made, for the action log.
+type Change struct {
+	Kind   string // "grow" or "shrink"
+	Reason string
+}
+
+type point struct {
+	t time.Time
+	v int64
+}
+
+// Advisor keeps the usage history and the current plan. It is not safe for concurrent use:
+// the agent serializes calls.
+type Advisor struct {
+	cfg    Config
+	cpu    map[int][]point // online usage history per NUMA node
+	mem    []point
+	pool   map[int]int64
+	plan   Plan
+	memCap int64 // memory the node could lend (total less reserved)
+	primed bool  // a fresh sample has arrived since start or since the last Reset
+}
+
+// New returns an advisor whose plan lends the minimum until the first fresh sample.
+func New(cfg Config) *Advisor {
+	a := &Advisor{cfg: cfg, cpu: map[int][]point{}, pool: map[int]int64{}}
+	a.plan = Plan{ReclaimedMilliCPU: map[int]int64{}, ReclaimedMemory: cfg.MinReclaimedBytes}
+	return a
+}
+
+// Plan returns a copy of the current plan.
+func (a *Advisor) Plan() Plan {
+	p := Plan{ReclaimedMilliCPU: make(map[int]int64, len(a.plan.ReclaimedMilliCPU)), ReclaimedMemory: a.plan.ReclaimedMemory}
+	for k, v := range a.plan.ReclaimedMilliCPU {
+		p.ReclaimedMilliCPU[k] = v
+	}
+	return p
+}
+
+// Primed says whether the plan rests on fresh metrics (false after New or Reset).
+func (a *Advisor) Primed() bool { return a.primed }
+
+// minCPU is the floor of what a NUMA node lends: never more than its pool.
+func (a *Advisor) minCPU(node int) int64 {
+	return min(a.cfg.MinReclaimedMilliCPU, a.pool[node])
+}
+
+// Reset drops the plan to its minimum, as when metrics go stale: with no fresh view of
+// online demand, lending must be as small as it can be.
+func (a *Advisor) Reset(reason string) []Change {
+	var changes []Change
+	for node, cur := range a.plan.ReclaimedMilliCPU {
+		if m := a.minCPU(node); cur > m {
+			a.plan.ReclaimedMilliCPU[node] = m
+			changes = append(changes, Change{"shrink", fmt.Sprintf("numa %d: %s: reclaimed CPU %dm -> %dm (minimum)", node, reason, cur, m)})
+		}
+	}
+	if cur := a.plan.ReclaimedMemory; cur > a.cfg.MinReclaimedBytes {
+		a.plan.ReclaimedMemory = a.cfg.MinReclaimedBytes
+		changes = append(changes, Change{"shrink", fmt.Sprintf("%s: reclaimed memory %s -> %s (minimum)", reason, bytes(cur), bytes(a.cfg.MinReclaimedBytes))})
+	}
+	a.primed = false
+	return changes
+}
+
+// Step folds a slow-loop sample into the history and moves the plan toward the target:
+// down at once, up by at most one step.
+func (a *Advisor) Step(s Sample) []Change {
+	var changes []Change
+	nodes := make([]int, 0, len(s.NUMA))
+	for n := range s.NUMA {
+		nodes = append(nodes, n)
+	}
+	sort.Ints(nodes)
+	for _, node := range nodes {
+		ns := s.NUMA[node]
+		a.pool[node] = ns.PoolMilliCPU
+		a.cpu[node] = record(a.cpu[node], s.Time, ns.OnlineMilliCPU, a.cfg.PeakWindow)
+		peak := peakOf(a.cpu[node])
+		target := a.cpuTarget(node, peak)
+		cur, known := a.plan.ReclaimedMilliCPU[node]
+		if !known {
+			cur = a.minCPU(node)
+		}
+		next := cur
+		switch {
+		case target < cur:
+			next = target
+		case target > cur:
+			next = min(cur+a.cfg.GrowStepMilliCPU, target)
+		}
+		if next != cur {
+			kind := "grow"
+			if next < cur {
+				kind = "shrink"
+			}
+			changes = append(changes, Change{kind, fmt.Sprintf("numa %d: online peak %dm of pool %dm over %s: reclaimed CPU %dm -> %dm", node, peak, ns.PoolMilliCPU, a.cfg.PeakWindow, cur, next)})
+		}
+		a.plan.ReclaimedMilliCPU[node] = next
+	}
+	for node := range a.plan.ReclaimedMilliCPU {
+		if _, ok := s.NUMA[node]; !ok {
+			delete(a.plan.ReclaimedMilliCPU, node)
+		}
+	}
+
+	a.mem = record(a.mem, s.Time, s.MemoryOnlineBytes, a.cfg.PeakWindow)
+	a.memCap = s.MemoryTotalBytes - a.cfg.ReservedSystemBytes
+	peak := peakOf(a.mem)
+	target := max(a.memCap-peak-a.cfg.SafetyMarginBytes, a.cfg.MinReclaimedBytes)
+	cur := a.plan.ReclaimedMemory
+	next := cur
+	switch {
+	case target < cur:
+		next = target
+	case target > cur:
+		next = min(cur+a.cfg.GrowStepBytes, target)
+	}
+	if next != cur {
+		kind := "grow"
+		if next < cur {
+			kind = "shrink"
+		}
+		changes = append(changes, Change{kind, fmt.Sprintf("online memory peak %s of %s: reclaimed memory %s -> %s", bytes(peak), bytes(s.MemoryTotalBytes), bytes(cur), bytes(next))})
+	}
+	a.plan.ReclaimedMemory = next
+	a.primed = true
+	return changes
+}
+
+// cpuTarget is what a node can lend given an online demand: its pool less the demand with
+// margins, never under the minimum.
+func (a *Advisor) cpuTarget(node int, demand int64) int64 {
+	predicted := int64(float64(demand)*(1+a.cfg.SafetyMarginRatio)) + a.cfg.SafetyMarginMilliCPU
+	return min(max(a.pool[node]-predicted, a.minCPU(node)), a.pool[node])
+}
+
+// Spike is the fast path: online work on a NUMA node just used onlineMilli. When that crosses
+// the spike threshold of what online work kept for itself, the node's lending shrinks at once
+// to what the new demand leaves, and the usage enters the history so the slow loop does not
+// grow it straight back. It returns nil when nothing changed.
+func (a *Advisor) Spike(now time.Time, node int, onlineMilli int64) *Change {
+	cur, ok := a.plan.ReclaimedMilliCPU[node]
+	if !ok {
+		return nil
+	}
+	kept := a.pool[node] - cur
+	if float64(onlineMilli) <= a.cfg.SpikeThreshold*float64(kept) {
+		return nil
+	}
+	a.cpu[node] = record(a.cpu[node], now, onlineMilli, a.cfg.PeakWindow)
+	target := a.cpuTarget(node, onlineMilli)
+	if target >= cur {
+		return nil
+	}
+	a.plan.ReclaimedMilliCPU[node] = target
+	return &Change{"shrink", fmt.Sprintf("numa %d: online spike %dm > %.0f%% of the %dm it kept: reclaimed CPU %dm -> %dm", node, onlineMilli, 100*a.cfg.SpikeThreshold, kept, cur, target)}
+}
+
+// record appends a point and drops those older than the window.
+func record(h []point, t time.Time, v int64, window time.Duration) []point {
+	h = append(h, point{t, v})
+	cut := 0
+	for cut < len(h) && t.Sub(h[cut].t) > window {
+		cut++
+	}
+	return h[cut:]
+}
+
+func peakOf(h []point) int64 {
+	var p int64
+	for _, x := range h {
+		p = max(p, x.v)
+	}
+	return p
+}
+
+func bytes(n int64) string {
+	const gi, mi = 1 << 30, 1 << 20
+	if n >= gi || n <= -gi {
+		return fmt.Sprintf("%.1fGiB", float64(n)/gi)
+	}
+	return fmt.Sprintf("%dMiB", n/mi)
+}

@@ -1,0 +1,166 @@
+package advisor
+
+import (
+	"testing"
+	"time"
+)
+
+func testConfig() Config {
+	return Config{
+		MinReclaimedMilliCPU: 100, SafetyMarginMilliCPU: 200, SafetyMarginRatio: 0.1,
+		GrowStepMilliCPU: 250, PeakWindow: 5 * time.Second, SpikeThreshold: 0.8,
+		ReservedSystemBytes: 1 << 30, MinReclaimedBytes: 256 << 20, SafetyMarginBytes: 512 << 20, GrowStepBytes: 1 << 30,
+	}
+}
+
+func sample(t0 time.Time, sec int, online int64) Sample {
+	return Sample{
+		Time:             t0.Add(time.Duration(sec) * time.Second),
+		NUMA:             map[int]NUMASample{0: {PoolMilliCPU: 4000, OnlineMilliCPU: online}},
+		MemoryTotalBytes: 16 << 30, MemoryOnlineBytes: 4 << 30,
+	}
+}
+
+func TestStartsAtMinimumAndGrowsOneStepPerPass(t *testing.T) {
+	a := New(testConfig())
+	if a.Primed() {
+		t.Fatal("primed before any sample")
+	}
+	t0 := time.Unix(1000, 0)
+	a.Step(sample(t0, 0, 1000))
+	// idle online 1000m: target = 4000 - (1100+200) = 2700; from 100 a step of 250 at a time.
+	want := []int64{350, 600, 850, 1100}
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != want[0] {
+		t.Fatalf("first pass lends %dm, want %dm", got, want[0])
+	}
+	for i, w := range want[1:] {
+		a.Step(sample(t0, i+1, 1000))
+		if got := a.Plan().ReclaimedMilliCPU[0]; got != w {
+			t.Fatalf("pass %d lends %dm, want %dm", i+2, got, w)
+		}
+	}
+	for i := 5; i < 20; i++ {
+		a.Step(sample(t0, i, 1000))
+	}
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 2700 {
+		t.Fatalf("converged to %dm, want 2700m", got)
+	}
+	if !a.Primed() {
+		t.Error("not primed after samples")
+	}
+}
+
+func TestShrinksAtOnceAndRemembersThePeak(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 20; i++ {
+		a.Step(sample(t0, i, 500))
+	}
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 3250 {
+		t.Fatalf("lends %dm, want 3250m", got)
+	}
+	ch := a.Step(sample(t0, 20, 3000))
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 500 {
+		t.Fatalf("after load rose to 3000m lends %dm, want 500m (4000-3300-200)", got)
+	}
+	if len(ch) == 0 || ch[0].Kind != "shrink" {
+		t.Fatalf("changes = %+v, want a shrink", ch)
+	}
+	// Load falls back, but the peak stays in the window (5s): no growth yet.
+	a.Step(sample(t0, 22, 500))
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 500 {
+		t.Fatalf("grew inside the peak window: %dm", got)
+	}
+	// After the window it grows again, one step.
+	a.Step(sample(t0, 27, 500))
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 750 {
+		t.Fatalf("after the window lends %dm, want 750m", got)
+	}
+}
+
+func TestNeverBelowMinimumNorAbovePool(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(0, 0)
+	a.Step(sample(t0, 0, 4000))
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 100 {
+		t.Errorf("saturated node lends %dm, want the 100m minimum", got)
+	}
+	b := New(testConfig())
+	s := sample(t0, 0, 0)
+	s.NUMA[0] = NUMASample{PoolMilliCPU: 50}
+	b.Step(s)
+	if got := b.Plan().ReclaimedMilliCPU[0]; got != 50 {
+		t.Errorf("50m pool lends %dm, want 50m", got)
+	}
+}
+
+func TestSpikeShrinksAtOnce(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(0, 0)
+	for i := 0; i < 20; i++ {
+		a.Step(sample(t0, i, 500))
+	}
+	// Online kept 4000-3250 = 750m; 0.8 of that is 600m.
+	if ch := a.Spike(t0.Add(20*time.Second), 0, 550); ch != nil {
+		t.Fatalf("550m is under the threshold but shrank: %+v", ch)
+	}
+	ch := a.Spike(t0.Add(20*time.Second), 0, 2500)
+	if ch == nil || ch.Kind != "shrink" {
+		t.Fatal("a 2500m spike did not shrink")
+	}
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 1050 {
+		t.Fatalf("after spike lends %dm, want 1050m (4000-2750-200)", got)
+	}
+	// The slow loop right after must not grow back past what the spike left.
+	a.Step(sample(t0, 21, 400))
+	if got := a.Plan().ReclaimedMilliCPU[0]; got > 1050 {
+		t.Fatalf("slow loop grew back to %dm right after a spike", got)
+	}
+	if a.Spike(t0, 7, 9999) != nil {
+		t.Error("spike on an unknown NUMA node changed the plan")
+	}
+}
+
+func TestResetFallsToMinimum(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(0, 0)
+	for i := 0; i < 20; i++ {
+		a.Step(sample(t0, i, 500))
+	}
+	ch := a.Reset("metrics stale")
+	p := a.Plan()
+	if p.ReclaimedMilliCPU[0] != 100 || p.ReclaimedMemory != 256<<20 {
+		t.Fatalf("after reset plan = %+v", p)
+	}
+	if len(ch) != 2 || a.Primed() {
+		t.Fatalf("reset changes = %+v, primed = %v", ch, a.Primed())
+	}
+}
+
+func TestMemoryLendsWhatOnlineLeaves(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(0, 0)
+	for i := 0; i < 20; i++ {
+		a.Step(sample(t0, i, 0))
+	}
+	// 16Gi - 1Gi reserved - 4Gi online - 0.5Gi margin
+	if got, want := a.Plan().ReclaimedMemory, int64(21<<29); got != want {
+		t.Fatalf("lends %d bytes, want %d", got, want)
+	}
+	s := sample(t0, 21, 0)
+	s.MemoryOnlineBytes = 15 << 30
+	a.Step(s)
+	if got := a.Plan().ReclaimedMemory; got != 256<<20 {
+		t.Fatalf("with online at 15Gi lends %d, want the minimum", got)
+	}
+}
+
+func BenchmarkStep(b *testing.B) {
+	a := New(testConfig())
+	t0 := time.Unix(0, 0)
+	s := Sample{NUMA: map[int]NUMASample{0: {4000, 500}, 1: {4000, 900}}, MemoryTotalBytes: 64 << 30, MemoryOnlineBytes: 8 << 30}
+	for i := 0; b.Loop(); i++ {
+		s.Time = t0.Add(time.Duration(i) * time.Second)
+		a.Step(s)
+	}
+}
