@@ -1,0 +1,137 @@
+package reporter
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the agent's Prometheus metrics, on a registry of their own (no global state).
+type Metrics struct {
+	registry     *prometheus.Registry
+	poolCPUs     *prometheus.GaugeVec
+	lentCPU      *prometheus.GaugeVec
+	lendableCPU  prometheus.Gauge
+	lendableMem  prometheus.Gauge
+	workloads    *prometheus.GaugeVec
+	actions      *prometheus.CounterVec
+	evictions    *prometheus.CounterVec
+	loopDuration *prometheus.HistogramVec
+	metricsFresh prometheus.Gauge
+}
+
+// WriteCounter reports cgroup writes and failures by knob; the isolation writer implements it.
+type WriteCounter func() (writes, errors map[string]uint64)
+
+// NewMetrics registers the metrics. writes is read at scrape time.
+func NewMetrics(writes WriteCounter) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		poolCPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_pool_cpus", Help: "CPUs in each pool, per NUMA node and tier.",
+		}, []string{"numa_node", "tier"}),
+		lentCPU: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_reclaimed_lent_millicpu", Help: "CPU lent to reclaimed work per NUMA node, in millicores.",
+		}, []string{"numa_node"}),
+		lendableCPU: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidal_lendable_millicpu", Help: "CPU the node lends to reclaimed work, in millicores (0 when the agent cannot vouch for it).",
+		}),
+		lendableMem: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidal_lendable_memory_bytes", Help: "Memory the node lends to reclaimed work (0 when the agent cannot vouch for it).",
+		}),
+		workloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_workloads", Help: "Managed workloads by tier.",
+		}, []string{"tier"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_actions_total", Help: "Actions taken, by kind (grow, shrink, throttle, evict, ...) and reason.",
+		}, []string{"kind", "reason"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_evictions_total", Help: "Reclaimed workloads evicted, by reason.",
+		}, []string{"reason"}),
+		loopDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tidal_loop_duration_seconds", Help: "Duration of one pass of a control loop.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
+		}, []string{"loop"}),
+		metricsFresh: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidal_metrics_fresh", Help: "1 when the agent's node metrics are fresh, else 0 (lending at its minimum).",
+		}),
+	}
+	m.registry.MustRegister(m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.workloads, m.actions,
+		m.evictions, m.loopDuration, m.metricsFresh,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		writeCollector{writes})
+	return m
+}
+
+// Handler serves the metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+// SetPool records one NUMA node's pool sizes and lent CPU.
+func (m *Metrics) SetPool(node int, sizes map[string]int, lentMilli int64) {
+	n := strconv.Itoa(node)
+	for tier, size := range sizes {
+		m.poolCPUs.WithLabelValues(n, tier).Set(float64(size))
+	}
+	m.lentCPU.WithLabelValues(n).Set(float64(lentMilli))
+}
+
+// SetLendable records what the node lends.
+func (m *Metrics) SetLendable(milliCPU, memoryBytes int64) {
+	m.lendableCPU.Set(float64(milliCPU))
+	m.lendableMem.Set(float64(memoryBytes))
+}
+
+// SetWorkloads records the number of workloads per tier.
+func (m *Metrics) SetWorkloads(byTier map[string]int) {
+	for tier, n := range byTier {
+		m.workloads.WithLabelValues(tier).Set(float64(n))
+	}
+}
+
+// Action counts an action. reason is a short, bounded label ("online-spike", "metrics-stale").
+func (m *Metrics) Action(kind, reason string) {
+	m.actions.WithLabelValues(kind, reason).Inc()
+	if kind == "evict" {
+		m.evictions.WithLabelValues(reason).Inc()
+	}
+}
+
+// ObserveLoop records how long a loop pass took.
+func (m *Metrics) ObserveLoop(loop string, d time.Duration) {
+	m.loopDuration.WithLabelValues(loop).Observe(d.Seconds())
+}
+
+// SetMetricsFresh records whether node metrics are fresh.
+func (m *Metrics) SetMetricsFresh(fresh bool) {
+	v := 0.0
+	if fresh {
+		v = 1
+	}
+	m.metricsFresh.Set(v)
+}
+
+// writeCollector exposes the isolation writer's counters at scrape time.
+type writeCollector struct{ read WriteCounter }
+
+var (
+	writesDesc = prometheus.NewDesc("tidal_cgroup_writes_total", "cgroup file writes, by knob.", []string{"knob"}, nil)
+	errorsDesc = prometheus.NewDesc("tidal_cgroup_write_errors_total", "Failed cgroup file writes, by knob.", []string{"knob"}, nil)
+)
+
+func (c writeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- writesDesc; ch <- errorsDesc }
+
+func (c writeCollector) Collect(ch chan<- prometheus.Metric) {
+	writes, errs := c.read()
+	for k, v := range writes {
+		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(v), k)
+	}
+	for k, v := range errs {
+		ch <- prometheus.MustNewConstMetric(errorsDesc, prometheus.CounterValue, float64(v), k)
+	}
+}
