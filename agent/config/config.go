@@ -1,0 +1,401 @@
+// Package config holds tidal's node agent configuration: the YAML file the
+// agent reads at start, its defaults and its validation.
+//
+// Every key is optional; an empty file gives Default(). Keys are camelCase.
+// Durations are Go duration strings ("10ms", "1s"), sizes are bytes as an
+// integer or a string with a suffix (see ParseSize), CPU lists use the Linux
+// cpulist syntax ("0-3,8"). Unknown keys, wrong types and bad values are
+// errors that name the file, the line and the full key path; all problems
+// in a file are reported together, one per line.
+//
+// docs/config.md is the reference of every key.
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/utils/cpuset"
+)
+
+// Modes of operation.
+const (
+	ModeStandalone = "standalone"
+	ModeKubernetes = "kubernetes"
+)
+
+// Cgroup versions.
+const (
+	CgroupAuto = "auto"
+	CgroupV1   = "v1"
+	CgroupV2   = "v2"
+)
+
+// Log levels.
+const (
+	LogDebug = "debug"
+	LogInfo  = "info"
+	LogWarn  = "warn"
+	LogError = "error"
+)
+
+// Config is the agent's configuration. The yaml tags name the keys of the
+// config file; decoding is done by Parse, not by yaml.Unmarshal.
+type Config struct {
+	// Mode is "standalone" (default) or "kubernetes".
+	Mode string `yaml:"mode"`
+	// NodeName names this node; it defaults to the host name.
+	NodeName string `yaml:"nodeName"`
+	// Cgroup says where cgroups are and where tidal's own tree lives.
+	Cgroup Cgroup `yaml:"cgroup"`
+	// StateDir is where the agent persists its state (absolute path).
+	StateDir string `yaml:"stateDir"`
+	// SocketPath is the control socket used by the tidal CLI (absolute path).
+	SocketPath string `yaml:"socketPath"`
+	// MetricsAddress is the host:port of the Prometheus endpoint; "" disables it.
+	MetricsAddress string `yaml:"metricsAddress"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"logLevel"`
+
+	CPU      CPU      `yaml:"cpu"`
+	Memory   Memory   `yaml:"memory"`
+	Loops    Loops    `yaml:"loops"`
+	Eviction Eviction `yaml:"eviction"`
+	Status   Status   `yaml:"status"`
+}
+
+// Cgroup configures the cgroup hierarchy.
+type Cgroup struct {
+	// Root is the name of tidal's own cgroup tree under each hierarchy: a
+	// relative path without "..", such as "tidal".
+	Root string `yaml:"root"`
+	// MountPoint is where the cgroup file system is mounted (absolute path).
+	MountPoint string `yaml:"mountPoint"`
+	// Version is "auto", "v1" or "v2".
+	Version string `yaml:"version"`
+}
+
+// CPU configures how CPU is lent to reclaimed work.
+type CPU struct {
+	// ReservedSystemCPUs are kept for the system tier; empty means the system
+	// tier shares the shared pool at top weight.
+	ReservedSystemCPUs cpuset.CPUSet `yaml:"reservedSystemCPUs"`
+	// MinReclaimedMilliCPU is the floor of the reclaimed pool.
+	MinReclaimedMilliCPU int64 `yaml:"minReclaimedMilliCPU"`
+	// SafetyMarginMilliCPU is kept free above predicted online demand.
+	SafetyMarginMilliCPU int64 `yaml:"safetyMarginMilliCPU"`
+	// SafetyMarginRatio is kept free above predicted online demand, as a
+	// fraction of that demand.
+	SafetyMarginRatio float64 `yaml:"safetyMarginRatio"`
+	// GrowStepMilliCPU is the most the reclaimed pool grows per slow-loop round.
+	GrowStepMilliCPU int64 `yaml:"growStepMilliCPU"`
+	// PeakWindow: online demand is predicted as peak usage over this window.
+	PeakWindow time.Duration `yaml:"peakWindow"`
+	// SpikeThreshold: the fast path fires when online usage exceeds this
+	// fraction of the CPU online work has not lent out.
+	SpikeThreshold float64 `yaml:"spikeThreshold"`
+}
+
+// Memory configures how memory is lent and when reclaimed work is evicted.
+type Memory struct {
+	// ReservedSystemBytes is kept for the system.
+	ReservedSystemBytes int64 `yaml:"reservedSystemBytes"`
+	// MinReclaimedBytes is the floor of lent memory.
+	MinReclaimedBytes int64 `yaml:"minReclaimedBytes"`
+	// SafetyMarginBytes is kept free above predicted online demand.
+	SafetyMarginBytes int64 `yaml:"safetyMarginBytes"`
+	// GrowStepBytes is the most lent memory grows per slow-loop round.
+	GrowStepBytes int64 `yaml:"growStepBytes"`
+	// EvictAvailableBelowBytes: reclaimed work is evicted when MemAvailable
+	// falls below this.
+	EvictAvailableBelowBytes int64 `yaml:"evictAvailableBelowBytes"`
+	// EvictPressureAbove: reclaimed work is evicted when memory PSI
+	// "some avg10" (percent) exceeds this.
+	EvictPressureAbove float64 `yaml:"evictPressureAbove"`
+}
+
+// Loops configures the control loops.
+type Loops struct {
+	// SlowInterval is the period of the slow loop.
+	SlowInterval time.Duration `yaml:"slowInterval"`
+	// FastInterval is the period of the fast path's usage sampling.
+	FastInterval time.Duration `yaml:"fastInterval"`
+	// FastWindow: usage over this window drives the fast path.
+	FastWindow time.Duration `yaml:"fastWindow"`
+	// MetricsStaleAfter: older metrics make the reclaimed pool fall to its
+	// minimum.
+	MetricsStaleAfter time.Duration `yaml:"metricsStaleAfter"`
+	// PSIStallThreshold and PSIWindow make the CPU PSI trigger
+	// ("some <threshold> <window>"); PSITrigger turns it on.
+	PSIStallThreshold time.Duration `yaml:"psiStallThreshold"`
+	PSIWindow         time.Duration `yaml:"psiWindow"`
+	PSITrigger        bool          `yaml:"psiTrigger"`
+}
+
+// Eviction configures how reclaimed work is evicted.
+type Eviction struct {
+	// GracePeriod is the time between SIGTERM and SIGKILL.
+	GracePeriod time.Duration `yaml:"gracePeriod"`
+	// CoolDown is the least time between two evictions.
+	CoolDown time.Duration `yaml:"coolDown"`
+}
+
+// Status configures what `tidal status` shows.
+type Status struct {
+	// ActionHistory is how many recent actions are kept.
+	ActionHistory int `yaml:"actionHistory"`
+}
+
+// Size multiples.
+const (
+	Ki int64 = 1 << 10
+	Mi int64 = 1 << 20
+	Gi int64 = 1 << 30
+	Ti int64 = 1 << 40
+)
+
+// Default returns the default configuration. NodeName is the host name, or
+// "localhost" when it cannot be read.
+func Default() Config {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return Config{
+		Mode:     ModeStandalone,
+		NodeName: host,
+		Cgroup: Cgroup{
+			Root:       "tidal",
+			MountPoint: "/sys/fs/cgroup",
+			Version:    CgroupAuto,
+		},
+		StateDir:       "/var/lib/tidal",
+		SocketPath:     "/run/tidal/tidal.sock",
+		MetricsAddress: "127.0.0.1:9477",
+		LogLevel:       LogInfo,
+		CPU: CPU{
+			ReservedSystemCPUs:   cpuset.New(),
+			MinReclaimedMilliCPU: 100,
+			SafetyMarginMilliCPU: 250,
+			SafetyMarginRatio:    0.10,
+			GrowStepMilliCPU:     250,
+			PeakWindow:           30 * time.Second,
+			SpikeThreshold:       0.8,
+		},
+		Memory: Memory{
+			ReservedSystemBytes:      1 * Gi,
+			MinReclaimedBytes:        256 * Mi,
+			SafetyMarginBytes:        512 * Mi,
+			GrowStepBytes:            1 * Gi,
+			EvictAvailableBelowBytes: 512 * Mi,
+			EvictPressureAbove:       10,
+		},
+		Loops: Loops{
+			SlowInterval:      time.Second,
+			FastInterval:      10 * time.Millisecond,
+			FastWindow:        30 * time.Millisecond,
+			MetricsStaleAfter: 5 * time.Second,
+			PSIStallThreshold: 100 * time.Millisecond,
+			PSIWindow:         2 * time.Second,
+			PSITrigger:        true,
+		},
+		Eviction: Eviction{
+			GracePeriod: 5 * time.Second,
+			CoolDown:    10 * time.Second,
+		},
+		Status: Status{
+			ActionHistory: 100,
+		},
+	}
+}
+
+// Load reads the config file at path and applies it on top of Default().
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Error is one problem in a config: where it is and what is wrong. Parse and
+// Validate return one Error per problem, joined with errors.Join.
+type Error struct {
+	File string // file name as given to Parse; "" from Validate
+	Line int    // 1-based; 0 when unknown
+	Key  string // full key path, such as "cpu.growStepMilliCPU"; "" for the whole file
+	Msg  string // what is wrong and what is allowed
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			b.WriteString(":")
+			b.WriteString(strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Parse decodes a config file on top of Default() and validates the result.
+// name (usually the file path) is used in error messages. On error the
+// returned Config is the zero value and the error lists every problem found,
+// one per line.
+func Parse(name string, data []byte) (cfg Config, err error) {
+	defer func() {
+		// The YAML library is not supposed to panic; if it does on some odd
+		// input, report that instead of taking the agent down.
+		if r := recover(); r != nil {
+			cfg, err = Config{}, &Error{File: name, Msg: fmt.Sprintf("cannot parse YAML: %v", r)}
+		}
+	}()
+
+	cfg = Default()
+	root, perr := parseYAML(name, data)
+	if perr != nil {
+		return Config{}, perr
+	}
+	d := &decoder{file: name, lines: map[string]int{}, failed: map[string]bool{}}
+	if root != nil {
+		d.mapping(root, "", schema, &cfg)
+	}
+	for _, p := range cfg.problems() {
+		if d.failed[p.key] || dependsOn(p, d.failed) {
+			continue // already reported, and the default stayed in place
+		}
+		line := d.lines[p.key]
+		for _, k := range p.related {
+			if line != 0 {
+				break
+			}
+			line = d.lines[k]
+		}
+		d.errs = append(d.errs, &Error{File: name, Line: line, Key: p.key, Msg: p.msg})
+	}
+	if len(d.errs) > 0 {
+		return Config{}, joinErrors(d.errs)
+	}
+	return cfg, nil
+}
+
+// parseYAML returns the top-level node of the single document in data, or
+// nil for an empty document.
+func parseYAML(name string, data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, yamlError(name, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, &Error{File: name, Line: extra.Line, Msg: "more than one YAML document: want a single mapping of settings"}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, yamlError(name, err)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil, nil
+		}
+		root = root.Content[0]
+	}
+	root = resolve(root)
+	if isNull(root) {
+		return nil, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a mapping of settings such as \"mode: standalone\"", describe(root))}
+	}
+	return root, nil
+}
+
+// yamlError turns a YAML syntax error ("yaml: line 3: did not find expected
+// key") into an Error with file and line.
+//
+// The YAML library counts lines from 1 in scanner errors but from 0 in
+// parser errors, and leaves the line out when its count is 0; this puts
+// both on a 1-based count.
+func yamlError(name string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, after, ok := strings.Cut(rest, ": "); ok {
+			if v, err := strconv.Atoi(n); err == nil {
+				line, msg = v, after
+			}
+		}
+	}
+	switch {
+	case yamlParserProblems[msg]:
+		line++
+	case line == 0 && isYAMLScannerProblem(msg):
+		line = 1
+	}
+	return &Error{File: name, Line: line, Msg: "invalid YAML: " + msg}
+}
+
+// yamlParserProblems are the messages of the YAML library's parser errors.
+var yamlParserProblems = map[string]bool{
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected <document start>": true,
+	"did not find expected <stream-start>":   true,
+	"did not find expected key":              true,
+	"did not find expected node content":     true,
+	"found duplicate %TAG directive":         true,
+	"found duplicate %YAML directive":        true,
+	"found incompatible YAML document":       true,
+	"found undefined tag handle":             true,
+}
+
+// isYAMLScannerProblem tells the YAML library's scanner errors, which have
+// a position, from its other errors (unknown anchor, bad UTF-8), which may not.
+func isYAMLScannerProblem(msg string) bool {
+	for _, p := range []string{"did not find ", "could not find ", "found ", "block sequence entries are not allowed", "mapping keys are not allowed", "mapping values are not allowed", "exceeded max depth"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// joinErrors sorts errs by line, problems without a line last, and joins
+// them one per line.
+func joinErrors(errs []*Error) error {
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		return cmp.Compare(lineKey(a), lineKey(b))
+	})
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e
+	}
+	return errors.Join(out...)
+}
+
+func lineKey(e *Error) int {
+	if e.Line <= 0 {
+		return math.MaxInt
+	}
+	return e.Line
+}

@@ -1,0 +1,385 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/utils/cpuset"
+)
+
+// kind is how a key's value is written in the file.
+type kind int
+
+const (
+	kindSection  kind = iota // a mapping of more keys
+	kindString               // any scalar, taken as text
+	kindInt                  // an integer (int or int64 field)
+	kindFloat                // an integer or a decimal number
+	kindBool                 // true or false
+	kindDuration             // a Go duration string
+	kindSize                 // bytes: an integer or a string with a suffix (ParseSize)
+	kindCPUSet               // a Linux cpulist
+)
+
+// entry describes one key of the file: its name, how its value is written,
+// where it goes in Config and which values are allowed.
+type entry struct {
+	key      string
+	kind     kind
+	children []*entry // kindSection
+
+	ptr  func(*Config) any // pointer to the field
+	want string            // what is allowed, in words
+	ok   func(*Config) bool
+	// wantFn, when set, says what is allowed given the rest of the config
+	// (cross-field rules); related are the keys it depends on, whose line
+	// is used when this key is not in the file.
+	wantFn  func(*Config) string
+	related []string
+}
+
+func section(key string, children ...*entry) *entry {
+	return &entry{key: key, kind: kindSection, children: children}
+}
+
+func leaf[T any](key string, k kind, p func(*Config) *T, want string, ok func(T) bool) *entry {
+	e := &entry{key: key, kind: k, want: want, ptr: func(c *Config) any { return p(c) }}
+	if ok != nil {
+		e.ok = func(c *Config) bool { return ok(*p(c)) }
+	}
+	return e
+}
+
+// cross makes e's check depend on the whole config.
+func (e *entry) cross(ok func(*Config) bool, want func(*Config) string, related ...string) *entry {
+	e.ok, e.wantFn, e.related = ok, want, related
+	return e
+}
+
+func oneOf(vals ...string) func(string) bool {
+	return func(s string) bool {
+		for _, v := range vals {
+			if s == v {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func absPath(s string) bool { return path.IsAbs(s) }
+
+// relPath accepts a relative path that stays below its parent: not empty,
+// no leading slash, no ".." component and not just ".".
+func relPath(s string) bool {
+	if s == "" || strings.HasPrefix(s, "/") || path.Clean(s) == "." {
+		return false
+	}
+	for _, part := range strings.Split(s, "/") {
+		if part == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// hostPort accepts "" (disabled) or host:port with a port in 1..65535.
+func hostPort(s string) bool {
+	if s == "" {
+		return true
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
+}
+
+func atLeast[T int | int64 | time.Duration](min T) func(T) bool {
+	return func(v T) bool { return v >= min }
+}
+
+func above[T int | int64 | time.Duration](min T) func(T) bool {
+	return func(v T) bool { return v > min }
+}
+
+// inRange checks lo <= v <= hi (loOpen: lo < v); NaN is never in range.
+func inRange(lo, hi float64, loOpen bool) func(float64) bool {
+	return func(v float64) bool {
+		if loOpen {
+			return v > lo && v <= hi
+		}
+		return v >= lo && v <= hi
+	}
+}
+
+const sizeSuffixes = "suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000)"
+
+func sizeWant(cond, example string) string {
+	return fmt.Sprintf("a size %s: bytes as an integer, or a number with a %s, such as %q", cond, sizeSuffixes, example)
+}
+
+// schema is every key of the config file, in the order of docs/config.md.
+var schema = []*entry{
+	leaf("mode", kindString, func(c *Config) *string { return &c.Mode },
+		"one of standalone, kubernetes", oneOf(ModeStandalone, ModeKubernetes)),
+	leaf("nodeName", kindString, func(c *Config) *string { return &c.NodeName },
+		"a non-empty node name", func(s string) bool { return strings.TrimSpace(s) != "" }),
+	section("cgroup",
+		leaf("root", kindString, func(c *Config) *string { return &c.Cgroup.Root },
+			`a relative path without "..", such as "tidal"`, relPath),
+		leaf("mountPoint", kindString, func(c *Config) *string { return &c.Cgroup.MountPoint },
+			`an absolute path such as "/sys/fs/cgroup"`, absPath),
+		leaf("version", kindString, func(c *Config) *string { return &c.Cgroup.Version },
+			"one of auto, v1, v2", oneOf(CgroupAuto, CgroupV1, CgroupV2)),
+	),
+	leaf("stateDir", kindString, func(c *Config) *string { return &c.StateDir },
+		`an absolute path such as "/var/lib/tidal"`, absPath),
+	leaf("socketPath", kindString, func(c *Config) *string { return &c.SocketPath },
+		`an absolute path such as "/run/tidal/tidal.sock"`, absPath),
+	leaf("metricsAddress", kindString, func(c *Config) *string { return &c.MetricsAddress },
+		`host:port such as "127.0.0.1:9477" or ":9477", or "" to disable`, hostPort),
+	leaf("logLevel", kindString, func(c *Config) *string { return &c.LogLevel },
+		"one of debug, info, warn, error", oneOf(LogDebug, LogInfo, LogWarn, LogError)),
+	section("cpu",
+		leaf("reservedSystemCPUs", kindCPUSet, func(c *Config) *cpuset.CPUSet { return &c.CPU.ReservedSystemCPUs },
+			`a Linux CPU list such as "0-1" or "0,2,4-7", or "" for none`, nil),
+		leaf("minReclaimedMilliCPU", kindInt, func(c *Config) *int64 { return &c.CPU.MinReclaimedMilliCPU },
+			"an integer >= 10", atLeast[int64](10)),
+		leaf("safetyMarginMilliCPU", kindInt, func(c *Config) *int64 { return &c.CPU.SafetyMarginMilliCPU },
+			"an integer >= 0", atLeast[int64](0)),
+		leaf("safetyMarginRatio", kindFloat, func(c *Config) *float64 { return &c.CPU.SafetyMarginRatio },
+			"a number in [0, 1]", inRange(0, 1, false)),
+		leaf("growStepMilliCPU", kindInt, func(c *Config) *int64 { return &c.CPU.GrowStepMilliCPU },
+			"an integer > 0", above[int64](0)),
+		leaf("peakWindow", kindDuration, func(c *Config) *time.Duration { return &c.CPU.PeakWindow },
+			`a duration >= 1s, such as "30s"`, atLeast(time.Second)),
+		leaf("spikeThreshold", kindFloat, func(c *Config) *float64 { return &c.CPU.SpikeThreshold },
+			"a number in (0, 1]", inRange(0, 1, true)),
+	),
+	section("memory",
+		leaf("reservedSystemBytes", kindSize, func(c *Config) *int64 { return &c.Memory.ReservedSystemBytes },
+			sizeWant(">= 0", "1Gi"), atLeast[int64](0)),
+		leaf("minReclaimedBytes", kindSize, func(c *Config) *int64 { return &c.Memory.MinReclaimedBytes },
+			sizeWant(">= 0", "256Mi"), atLeast[int64](0)),
+		leaf("safetyMarginBytes", kindSize, func(c *Config) *int64 { return &c.Memory.SafetyMarginBytes },
+			sizeWant(">= 0", "512Mi"), atLeast[int64](0)),
+		leaf("growStepBytes", kindSize, func(c *Config) *int64 { return &c.Memory.GrowStepBytes },
+			sizeWant("> 0", "1Gi"), above[int64](0)),
+		leaf("evictAvailableBelowBytes", kindSize, func(c *Config) *int64 { return &c.Memory.EvictAvailableBelowBytes },
+			sizeWant("> 0", "512Mi"), above[int64](0)),
+		leaf("evictPressureAbove", kindFloat, func(c *Config) *float64 { return &c.Memory.EvictPressureAbove },
+			"a number in (0, 100] (percent)", inRange(0, 100, true)),
+	),
+	section("loops",
+		leaf("slowInterval", kindDuration, func(c *Config) *time.Duration { return &c.Loops.SlowInterval },
+			`a duration in [100ms, 1m], such as "1s"`, func(d time.Duration) bool {
+				return d >= 100*time.Millisecond && d <= time.Minute
+			}),
+		leaf("fastInterval", kindDuration, func(c *Config) *time.Duration { return &c.Loops.FastInterval },
+			`a duration >= 1ms and < loops.slowInterval, such as "10ms"`, nil).
+			cross(func(c *Config) bool {
+				return c.Loops.FastInterval >= time.Millisecond && c.Loops.FastInterval < c.Loops.SlowInterval
+			}, func(c *Config) string {
+				return fmt.Sprintf("a duration >= 1ms and < loops.slowInterval (%v)", c.Loops.SlowInterval)
+			}, "loops.slowInterval"),
+		leaf("fastWindow", kindDuration, func(c *Config) *time.Duration { return &c.Loops.FastWindow },
+			`a duration >= loops.fastInterval, such as "30ms"`, nil).
+			cross(func(c *Config) bool {
+				return c.Loops.FastWindow >= c.Loops.FastInterval
+			}, func(c *Config) string {
+				return fmt.Sprintf("a duration >= loops.fastInterval (%v)", c.Loops.FastInterval)
+			}, "loops.fastInterval"),
+		leaf("metricsStaleAfter", kindDuration, func(c *Config) *time.Duration { return &c.Loops.MetricsStaleAfter },
+			`a duration > loops.slowInterval, such as "5s"`, nil).
+			cross(func(c *Config) bool {
+				return c.Loops.MetricsStaleAfter > c.Loops.SlowInterval
+			}, func(c *Config) string {
+				return fmt.Sprintf("a duration > loops.slowInterval (%v)", c.Loops.SlowInterval)
+			}, "loops.slowInterval"),
+		leaf("psiStallThreshold", kindDuration, func(c *Config) *time.Duration { return &c.Loops.PSIStallThreshold },
+			`a duration > 0 and <= loops.psiWindow, such as "50ms"`, nil).
+			cross(func(c *Config) bool {
+				return c.Loops.PSIStallThreshold > 0 && c.Loops.PSIStallThreshold <= c.Loops.PSIWindow
+			}, func(c *Config) string {
+				return fmt.Sprintf("a duration > 0 and <= loops.psiWindow (%v)", c.Loops.PSIWindow)
+			}, "loops.psiWindow"),
+		leaf("psiWindow", kindDuration, func(c *Config) *time.Duration { return &c.Loops.PSIWindow },
+			`a duration in [500ms, 10s], such as "500ms"`, func(d time.Duration) bool {
+				return d >= 500*time.Millisecond && d <= 10*time.Second
+			}),
+		leaf("psiTrigger", kindBool, func(c *Config) *bool { return &c.Loops.PSITrigger },
+			"true or false", nil),
+	),
+	section("eviction",
+		leaf("gracePeriod", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.GracePeriod },
+			`a duration >= 0, such as "5s"`, atLeast[time.Duration](0)),
+		leaf("coolDown", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.CoolDown },
+			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
+	),
+	section("status",
+		leaf("actionHistory", kindInt, func(c *Config) *int { return &c.Status.ActionHistory },
+			"an integer >= 1", atLeast(1)),
+	),
+}
+
+// wantFor says what e allows given c.
+func (e *entry) wantFor(c *Config) string {
+	if e.wantFn != nil {
+		return e.wantFn(c)
+	}
+	return e.want
+}
+
+// formatValue writes e's current value in c the way messages show it.
+func formatValue(e *entry, c *Config) string {
+	switch p := e.ptr(c).(type) {
+	case *string:
+		return strconv.Quote(*p)
+	case *int:
+		return strconv.Itoa(*p)
+	case *int64:
+		return strconv.FormatInt(*p, 10)
+	case *float64:
+		return strconv.FormatFloat(*p, 'g', -1, 64)
+	case *bool:
+		return strconv.FormatBool(*p)
+	case *time.Duration:
+		return p.String()
+	case *cpuset.CPUSet:
+		return strconv.Quote(p.String())
+	}
+	return fmt.Sprint(e.ptr(c))
+}
+
+// keyList names the keys of a section, for messages.
+func keyList(entries []*entry) string {
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.key
+	}
+	return strings.Join(names, ", ")
+}
+
+// suggest returns the known key closest to an unknown one, or "".
+func suggest(unknown string, entries []*entry) string {
+	if unknown == "" || len(unknown) > 64 {
+		return ""
+	}
+	lu := strings.ToLower(unknown)
+	for _, e := range entries {
+		if strings.ToLower(e.key) == lu {
+			return e.key
+		}
+	}
+	if len(lu) >= 4 {
+		for _, e := range entries {
+			if strings.HasPrefix(strings.ToLower(e.key), lu) {
+				return e.key
+			}
+		}
+	}
+	best, bestDist := "", 3
+	for _, e := range entries {
+		if d := editDistance(lu, strings.ToLower(e.key)); d < bestDist {
+			best, bestDist = e.key, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// maxCPUID bounds CPU ids in a cpulist (Linux NR_CPUS is at most 8192), so
+// that a typo such as "0-99999999" does not build a huge set.
+const maxCPUID = 8191
+
+// parseCPUList parses Linux cpulist syntax ("0-3,8,10-11"; "" is the empty
+// set). On failure it returns the reason.
+func parseCPUList(s string) (cpuset.CPUSet, string) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return cpuset.New(), ""
+	}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, reason := cpuID(lo, part)
+		if reason != "" {
+			return cpuset.CPUSet{}, reason
+		}
+		if isRange {
+			b, reason := cpuID(hi, part)
+			if reason != "" {
+				return cpuset.CPUSet{}, reason
+			}
+			if a > b {
+				return cpuset.CPUSet{}, fmt.Sprintf("range %q goes down", part)
+			}
+		}
+	}
+	set, err := cpuset.Parse(s)
+	if err != nil {
+		return cpuset.CPUSet{}, err.Error()
+	}
+	return set, ""
+}
+
+func cpuID(s, part string) (int, string) {
+	if s == "" {
+		return 0, fmt.Sprintf("%q is not a CPU number or range", part)
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return 0, fmt.Sprintf("%q is not a CPU number or range", part)
+		}
+	}
+	if len(s) > 5 {
+		return 0, fmt.Sprintf("CPU %s is above %d", s, maxCPUID)
+	}
+	n, _ := strconv.Atoi(s)
+	if n > maxCPUID {
+		return 0, fmt.Sprintf("CPU %d is above %d", n, maxCPUID)
+	}
+	return n, ""
+}
+
+// formatFloat writes f so that YAML reads it back as a float.
+func formatFloat(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return ".nan"
+	case math.IsInf(f, 1):
+		return ".inf"
+	case math.IsInf(f, -1):
+		return "-.inf"
+	}
+	s := strconv.FormatFloat(f, 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	}
+	return s
+}
