@@ -90,6 +90,17 @@ func New(cfg Config) *Advisor {
 	return a
 }
 
+// Init tells the advisor each NUMA node's pool size before any sample, so the plan lends
+// each node its minimum from the start.
+func (a *Advisor) Init(poolMilliCPU map[int]int64) {
+	for node, pool := range poolMilliCPU {
+		a.pool[node] = pool
+		if _, ok := a.plan.ReclaimedMilliCPU[node]; !ok {
+			a.plan.ReclaimedMilliCPU[node] = a.minCPU(node)
+		}
+	}
+}
+
 // Plan returns a copy of the current plan.
 func (a *Advisor) Plan() Plan {
 	p := Plan{ReclaimedMilliCPU: make(map[int]int64, len(a.plan.ReclaimedMilliCPU)), ReclaimedMemory: a.plan.ReclaimedMemory}
@@ -243,4 +254,19 @@ func bytes(n int64) string {
 		return fmt.Sprintf("%.1fGiB", float64(n)/gi)
 	}
 	return fmt.Sprintf("%dMiB", n/mi)
+}
+
+// Pressure is the fast path's other signal: the kernel reports online work stalled waiting for
+// CPU. Lending drops to the minimum at once and the full pool enters the history as demand, so
+// it grows back only after the peak window.
+func (a *Advisor) Pressure(now time.Time, what string) []Change {
+	var changes []Change
+	for node, cur := range a.plan.ReclaimedMilliCPU {
+		a.cpu[node] = record(a.cpu[node], now, a.pool[node], a.cfg.PeakWindow)
+		if m := a.minCPU(node); cur > m {
+			a.plan.ReclaimedMilliCPU[node] = m
+			changes = append(changes, Change{"shrink", fmt.Sprintf("numa %d: %s: reclaimed CPU %dm -> %dm (minimum)", node, what, cur, m)})
+		}
+	}
+	return changes
 }

@@ -164,3 +164,12 @@ func BenchmarkStep(b *testing.B) {
 		a.Step(s)
 	}
 }
+
+func TestInitLendsTheMinimumPerNode(t *testing.T) {
+	a := New(testConfig())
+	a.Init(map[int]int64{0: 4000, 1: 50})
+	p := a.Plan()
+	if p.ReclaimedMilliCPU[0] != 100 || p.ReclaimedMilliCPU[1] != 50 || a.Primed() {
+		t.Fatalf("after Init plan = %+v, primed %v", p, a.Primed())
+	}
+}

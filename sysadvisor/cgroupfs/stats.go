@@ -134,3 +134,9 @@ func readKey(path, key string) (int64, error) {
 	}
 	return 0, fmt.Errorf("%s: no %q line", path, key)
 }
+
+// CPUs reads the cpuset of cgroup rel (used to rebuild state after a restart).
+func (l *Layout) CPUs(rel string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(l.Dir("cpuset", rel), "cpuset.cpus"))
+	return strings.TrimSpace(string(data)), err
+}

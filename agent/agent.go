@@ -1,0 +1,304 @@
+// Package agent wires tidal's node daemon: it owns the workload registry, runs the slow loop
+// (sample, predict, size the pools, evict) and the fast path (shrink on an online spike), and
+// serves the local API that `tidal run` and `tidal status` use. Data flows one way:
+// source -> qos -> sysadvisor -> plugins -> isolation -> reporter.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/plugins/cpu"
+	"github.com/tidalqos/tidal/plugins/memory"
+	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/reporter"
+	"github.com/tidalqos/tidal/sysadvisor/advisor"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+	"github.com/tidalqos/tidal/sysadvisor/topology"
+)
+
+// workload is the agent's record of one managed workload.
+type workload struct {
+	plugins.Workload
+	evicting bool
+	pids     []int
+	cpuMilli int64
+	cpuPrev  time.Duration
+}
+
+// Agent is the node daemon. Create it with New and run it with Run.
+type Agent struct {
+	cfg     config.Config
+	log     *slog.Logger
+	topo    *topology.Topology
+	layout  *cgroupfs.Layout
+	writer  *isolation.Writer
+	metrics *reporter.Metrics
+	idle    bool
+	procDir string
+
+	mu        sync.Mutex
+	advisor   *advisor.Advisor
+	workloads map[string]*workload
+	pools     cpu.Pools
+	online    map[int]int64 // latest online usage of each node's shared pool
+	actions   []reporter.Action
+	sampler   sampler
+	fast      fastWindow
+	applyErr  error
+	lastEvict time.Time
+	passes    int
+
+	// background owns the goroutines an eviction starts; Run waits for them.
+	background sync.WaitGroup
+}
+
+// New prepares an agent: finds the cgroup layout and topology, rebuilds state from the
+// checkpoint and the cgroups on disk, and brings the cgroup tree to its settings with the
+// reclaimed pool at its minimum (no fresh metrics yet).
+func New(cfg config.Config, log *slog.Logger) (*Agent, error) {
+	layout, err := cgroupfs.Detect(cfg.Cgroup.MountPoint, cfg.Cgroup.Version)
+	if err != nil {
+		return nil, err
+	}
+	topo, err := topology.Discover("/sys", "/proc")
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.CPU.ReservedSystemCPUs.IsSubsetOf(topo.AllCPUs()) {
+		return nil, fmt.Errorf("cpu.reservedSystemCPUs %s: not all of them are online CPUs (%s)", cfg.CPU.ReservedSystemCPUs, topo.AllCPUs())
+	}
+	if topo.AllCPUs().Difference(cfg.CPU.ReservedSystemCPUs).IsEmpty() {
+		return nil, fmt.Errorf("cpu.reservedSystemCPUs %s: reserves every CPU, none is left for workloads", cfg.CPU.ReservedSystemCPUs)
+	}
+	writer, err := isolation.NewWriter(layout, log)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:       cfg,
+		log:       log,
+		topo:      topo,
+		layout:    layout,
+		writer:    writer,
+		idle:      writer.SupportsIdle(),
+		procDir:   "/proc",
+		advisor:   advisor.New(advisorConfig(cfg)),
+		workloads: map[string]*workload{},
+		online:    map[int]int64{},
+	}
+	a.metrics = reporter.NewMetrics(func() (map[string]uint64, map[string]uint64) {
+		s := writer.Stats()
+		return s.Writes, s.Errors
+	})
+	a.fast = newFastWindow(cfg.Loops.FastWindow)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.restore(); err != nil {
+		return nil, err
+	}
+	a.advisor.Init(cpu.ComputePools(a.topo, cfg.CPU.ReservedSystemCPUs, cpusetOf(a.dedicatedCPUsLocked()), nil).PoolMilliCPU())
+	if err := a.applyLocked(); err != nil {
+		// Start anyway: the slow loop retries, and lending stays at zero until writes work.
+		log.Error("initial cgroup settings failed; lending nothing until they succeed", "err", err)
+	}
+	a.publishLocked()
+	return a, nil
+}
+
+func advisorConfig(cfg config.Config) advisor.Config {
+	return advisor.Config{
+		MinReclaimedMilliCPU: cfg.CPU.MinReclaimedMilliCPU,
+		SafetyMarginMilliCPU: cfg.CPU.SafetyMarginMilliCPU,
+		SafetyMarginRatio:    cfg.CPU.SafetyMarginRatio,
+		GrowStepMilliCPU:     cfg.CPU.GrowStepMilliCPU,
+		PeakWindow:           cfg.CPU.PeakWindow,
+		SpikeThreshold:       cfg.CPU.SpikeThreshold,
+		ReservedSystemBytes:  cfg.Memory.ReservedSystemBytes,
+		MinReclaimedBytes:    cfg.Memory.MinReclaimedBytes,
+		SafetyMarginBytes:    cfg.Memory.SafetyMarginBytes,
+		GrowStepBytes:        cfg.Memory.GrowStepBytes,
+	}
+}
+
+// Run serves the API and metrics and runs the control loops until ctx is done.
+func (a *Agent) Run(ctx context.Context) error {
+	ln, err := listenUnix(a.cfg.SocketPath)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	serve := func(name string, srv *http.Server, ln net.Listener) {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error(name+" server stopped", "err", err)
+				cancel()
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			<-ctx.Done()
+			shut, done := context.WithTimeout(context.Background(), 2*time.Second)
+			defer done()
+			_ = srv.Shutdown(shut)
+		}()
+	}
+	serve("api", a.apiServer(), ln)
+	if addr := a.cfg.MetricsAddress; addr != "" {
+		mln, err := net.Listen("tcp", addr)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("metrics address %s: %w", addr, err)
+		}
+		serve("metrics", a.metricsServer(), mln)
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); a.slowLoop(ctx) }()
+	go func() { defer wg.Done(); a.fastLoop(ctx) }()
+	if a.cfg.Loops.PSITrigger {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.watchPressure(ctx) }()
+	}
+	a.log.Info("agent running", "node", a.cfg.NodeName, "cgroup", a.layout.Version.String(), "root", a.cfg.Cgroup.Root,
+		"cpus", a.topo.AllCPUs().String(), "cpuIdle", a.idle, "socket", a.cfg.SocketPath, "metrics", a.cfg.MetricsAddress)
+	<-ctx.Done()
+	wg.Wait()
+	a.background.Wait()
+	_ = os.Remove(a.cfg.SocketPath)
+	return nil
+}
+
+// listenUnix opens the API socket with root-only permissions: its folder 0700, the socket 0600.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another agent is already serving %s", path)
+	}
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("api socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+func (a *Agent) metricsServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", a.metrics.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		err := a.applyErr
+		a.mu.Unlock()
+		if err != nil {
+			http.Error(w, "cgroup writes failing: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// pluginWorkloads lists the workloads sorted by cgroup path, as plugins see them.
+func (a *Agent) pluginWorkloads() []plugins.Workload {
+	out := make([]plugins.Workload, 0, len(a.workloads))
+	for _, w := range a.workloads {
+		out = append(out, w.Workload)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cgroup < out[j].Cgroup })
+	return out
+}
+
+// dedicatedCPUs are all cores owned by dedicated workloads.
+func (a *Agent) dedicatedCPUsLocked() (all []int) {
+	for _, w := range a.workloads {
+		all = append(all, w.DedicatedCPUs.List()...)
+	}
+	return all
+}
+
+// applyLocked recomputes the pools from the plan and writes the cgroup tree. When writes fail,
+// lending drops to its minimum and the published capacity to zero until they succeed again.
+func (a *Agent) applyLocked() error {
+	plan := a.advisor.Plan()
+	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, cpusetOf(a.dedicatedCPUsLocked()), plan.ReclaimedMilliCPU)
+	ws := a.pluginWorkloads()
+	tree := plugins.NewTree(a.cfg.Cgroup.Root, ws)
+	cpu.Fill(tree, a.topo.AllCPUs(), a.pools, max(plan.TotalMilliCPU(), a.cfg.CPU.MinReclaimedMilliCPU), ws, a.idle)
+	memory.Fill(tree, plan.ReclaimedMemory, ws)
+	err := a.writer.Apply(tree.Cgroups())
+	if err != nil && a.applyErr == nil {
+		for _, c := range a.advisor.Reset("cgroup writes failing") {
+			a.actionLocked("shrink", "cgroup-error", c.Reason)
+		}
+	}
+	a.applyErr = err
+	return err
+}
+
+// publishLocked updates the metrics from the current state.
+func (a *Agent) publishLocked() {
+	plan := a.advisor.Plan()
+	for _, np := range a.pools {
+		a.metrics.SetPool(np.Node, map[string]int{
+			string(qos.System): np.System.Size(), string(qos.Dedicated): np.Dedicated.Size(),
+			string(qos.Shared): np.Shared.Size(), string(qos.Reclaimed): np.Reclaimed.Size(),
+		}, plan.ReclaimedMilliCPU[np.Node])
+	}
+	l := a.lendableLocked()
+	a.metrics.SetLendable(l.MilliCPU, l.MemoryBytes)
+	byTier := map[string]int{}
+	for _, t := range qos.AllTiers() {
+		byTier[string(t)] = 0
+	}
+	for _, w := range a.workloads {
+		byTier[string(w.Tier)]++
+	}
+	a.metrics.SetWorkloads(byTier)
+	a.metrics.SetMetricsFresh(a.advisor.Primed())
+}
+
+// lendableLocked is what the node can vouch for lending: nothing while metrics are stale or
+// cgroup writes fail.
+func (a *Agent) lendableLocked() reporter.Lendable {
+	if !a.advisor.Primed() || a.applyErr != nil {
+		return reporter.Lendable{}
+	}
+	plan := a.advisor.Plan()
+	return reporter.Lendable{MilliCPU: plan.TotalMilliCPU(), MemoryBytes: plan.ReclaimedMemory}
+}
+
+// actionLocked records a decision for status, metrics and the log.
+func (a *Agent) actionLocked(kind, label, reason string) {
+	act := reporter.Action{Time: time.Now(), Kind: kind, Reason: reason}
+	a.actions = append(a.actions, act)
+	if over := len(a.actions) - a.cfg.Status.ActionHistory; over > 0 {
+		a.actions = append(a.actions[:0], a.actions[over:]...)
+	}
+	a.metrics.Action(kind, label)
+	a.log.Info("action", "kind", kind, "reason", reason)
+}

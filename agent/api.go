@@ -1,0 +1,229 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tidalqos/tidal/reporter"
+)
+
+// The local API, on a root-only unix socket:
+//
+//	POST   /v1/workloads        AdmitRequest -> reporter.Workload
+//	DELETE /v1/workloads/{name}
+//	GET    /v1/status           -> reporter.Status
+//
+// Errors are {"error": "..."} with a 4xx status for requests the caller can fix.
+
+type peerKey struct{}
+
+// peer credentials of a unix-socket connection, taken at accept time.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return ctx
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return ctx
+	}
+	var cred *unix.Ucred
+	_ = raw.Control(func(fd uintptr) {
+		cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	})
+	if cred == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, peerKey{}, cred)
+}
+
+func (a *Agent) apiServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/workloads", a.handleAdmit)
+	mux.HandleFunc("DELETE /v1/workloads/{name}", a.handleRelease)
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, a.Status()) })
+	return &http.Server{Handler: rootOnly(mux), ConnContext: connContext, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// rootOnly refuses callers that are not root, on top of the socket's 0600 mode.
+func rootOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cred, _ := r.Context().Value(peerKey{}).(*unix.Ucred)
+		if cred == nil || cred.Uid != 0 {
+			writeError(w, http.StatusForbidden, "the tidal agent API is for root only")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *Agent) handleAdmit(w http.ResponseWriter, r *http.Request) {
+	var req AdmitRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "admit request body: "+err.Error())
+		return
+	}
+	cred, _ := r.Context().Value(peerKey{}).(*unix.Ucred)
+	peer := 0
+	if cred != nil {
+		peer = int(cred.Pid)
+	}
+	wl, err := a.Admit(req, peer)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, wl)
+}
+
+func (a *Agent) handleRelease(w http.ResponseWriter, r *http.Request) {
+	if err := a.Release(r.PathValue("name")); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	var re *requestError
+	if errors.As(err, &re) {
+		writeError(w, re.status, re.msg)
+		return
+	}
+	writeError(w, http.StatusInternalServerError, err.Error())
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Status reports pools, workloads, lending and recent actions.
+func (a *Agent) Status() reporter.Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	plan := a.advisor.Plan()
+	s := reporter.Status{
+		Schema: reporter.StatusSchemaVersion, Node: a.cfg.NodeName, Mode: a.cfg.Mode, Time: time.Now(),
+		CgroupRoot: a.cfg.Cgroup.Root, CgroupVer: a.layout.Version.String(), CPUIdle: a.idle,
+		MetricsOK: a.advisor.Primed(), Lendable: a.lendableLocked(),
+		Pools: []reporter.Pool{}, Workloads: []reporter.Workload{},
+		Actions: append([]reporter.Action{}, a.actions...),
+	}
+	if a.applyErr != nil {
+		s.CgroupError = a.applyErr.Error()
+	}
+	for _, np := range a.pools {
+		s.Pools = append(s.Pools, reporter.Pool{
+			NUMANode: np.Node, System: np.System.String(), Dedicated: np.Dedicated.String(),
+			Shared: np.Shared.String(), Reclaimed: np.Reclaimed.String(),
+			LentMilliCPU: plan.ReclaimedMilliCPU[np.Node], OnlineMilliCPU: a.online[np.Node],
+		})
+	}
+	for _, w := range a.workloads {
+		s.Workloads = append(s.Workloads, a.workloadStatusLocked(w))
+	}
+	sort.Slice(s.Workloads, func(i, j int) bool { return s.Workloads[i].Name < s.Workloads[j].Name })
+	return s
+}
+
+func (a *Agent) workloadStatusLocked(w *workload) reporter.Workload {
+	state := "running"
+	if w.evicting {
+		state = "evicting"
+	}
+	return reporter.Workload{
+		Name: w.Name, Tier: string(w.Tier), Cgroup: w.Cgroup, PIDs: append([]int{}, w.pids...),
+		CPUs: w.DedicatedCPUs.String(), ReclaimPriority: w.ReclaimPriority, MilliCPU: w.cpuMilli,
+		MemoryBytes: w.MemoryUsage, Started: w.Started, State: state,
+	}
+}
+
+// Client talks to a running agent over its socket.
+type Client struct {
+	Socket string
+	http   *http.Client
+}
+
+// ErrNoAgent means nothing answers on the socket.
+var ErrNoAgent = errors.New("no tidal agent is running")
+
+// NewClient returns a client for the agent at socket.
+func NewClient(socket string) *Client {
+	return &Client{Socket: socket, http: &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}},
+	}}
+}
+
+func (c *Client) do(method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, "http://tidal"+path, rd)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return fmt.Errorf("%w at %s (start one with `tidal agent`): %v", ErrNoAgent, c.Socket, op.Err)
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("agent refused (%s): %s", resp.Status, e.Error)
+	}
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
+
+// Admit asks the agent to manage a process.
+func (c *Client) Admit(req AdmitRequest) (reporter.Workload, error) {
+	var w reporter.Workload
+	return w, c.do(http.MethodPost, "/v1/workloads", req, &w)
+}
+
+// Release tells the agent a workload has exited.
+func (c *Client) Release(name string) error {
+	return c.do(http.MethodDelete, "/v1/workloads/"+name, nil, nil)
+}
+
+// Status fetches the agent's status.
+func (c *Client) Status() (reporter.Status, error) {
+	var s reporter.Status
+	return s, c.do(http.MethodGet, "/v1/status", nil, &s)
+}

@@ -1,0 +1,141 @@
+// Command tidal is the node-level colocation QoS agent and its tools, in one binary.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/tidalqos/tidal/agent"
+	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/reporter"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+const usage = `tidal: a node-level colocation QoS agent
+
+Usage:
+  tidal agent [--config FILE]          run the node daemon
+  tidal run --tier TIER [flags] -- CMD  run CMD as a workload managed by the agent
+  tidal status [--json]                 what the agent is doing and why
+  tidal demo [--duration 75s]           a live colocation demo on this host (root)
+  tidal version
+
+Run "tidal COMMAND -h" for a command's flags.
+`
+
+// exitError carries a process exit status out of a command.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "agent":
+		err = runAgent(ctx, args)
+	case "run":
+		stop() // tidal run forwards signals itself
+		err = runRun(args)
+	case "status":
+		err = runStatus(args, os.Stdout)
+	case "demo":
+		err = runDemo(ctx, args)
+	case "version", "--version":
+		fmt.Println(versionString())
+	case "workload":
+		err = runWorkload(ctx, args)
+	case childCommand:
+		err = runChild(args)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "tidal: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	var ee exitError
+	switch {
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "tidal %s: %v\n", cmd, err)
+		os.Exit(1)
+	}
+}
+
+func versionString() string {
+	v := version
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " (" + s.Value[:12] + ")"
+			}
+		}
+	}
+	return "tidal " + v
+}
+
+func runAgent(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	configPath := fs.String("config", "", "YAML config file (see docs/config.md); defaults apply without one")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := config.Default()
+	if *configPath != "" {
+		var err error
+		if cfg, err = config.Load(*configPath); err != nil {
+			return err
+		}
+	}
+	log := newLogger(cfg.LogLevel, os.Stderr)
+	if cfg.Mode != config.ModeStandalone {
+		return fmt.Errorf("mode %q is not available in this build: only standalone", cfg.Mode)
+	}
+	a, err := agent.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+func newLogger(level string, w io.Writer) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func runStatus(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the status document (schema "+reporter.StatusSchemaVersion+", docs/status.md)")
+	socket := fs.String("socket", config.Default().SocketPath, "the agent's API socket")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	s, err := agent.NewClient(*socket).Status()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeIndentedJSON(out, s)
+	}
+	return reporter.WriteText(out, s)
+}

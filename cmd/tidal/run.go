@@ -1,0 +1,182 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/tidalqos/tidal/agent"
+	"github.com/tidalqos/tidal/agent/config"
+)
+
+// childCommand is the hidden first stage of `tidal run`: a child that waits until the agent has
+// moved it into its cgroup, then execs the command, so the command's first instruction already
+// runs confined.
+const childCommand = "__run-child"
+
+func runRun(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	tier := fs.String("tier", "", "system, dedicated, shared or reclaimed (required)")
+	name := fs.String("name", "", "workload name (default: the command's name and a random suffix)")
+	priority := fs.Int("reclaim-priority", 0, "order among reclaimed work: lower is evicted first")
+	cpus := fs.Int("cpus", 0, "dedicated: whole CPUs of its own; shared/reclaimed: a CPU cap")
+	numa := fs.Bool("numa-binding", false, "dedicated: all CPUs and memory on one NUMA node")
+	memory := fs.String("memory", "", "memory limit, e.g. 512Mi or 2Gi")
+	socket := fs.String("socket", config.Default().SocketPath, "the agent's API socket")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: tidal run --tier TIER [flags] -- CMD [ARGS...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cmdArgs := fs.Args()
+	if *tier == "" || len(cmdArgs) == 0 {
+		fs.Usage()
+		return exitError{2}
+	}
+	var memBytes int64
+	if *memory != "" {
+		var err error
+		if memBytes, err = config.ParseSize(*memory); err != nil {
+			return fmt.Errorf("--memory %q: %v", *memory, err)
+		}
+	}
+	if *name == "" {
+		*name = defaultName(cmdArgs[0])
+	}
+	if _, err := exec.LookPath(cmdArgs[0]); err != nil {
+		return err
+	}
+
+	// Stage one: a child that blocks on a pipe before exec.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	child := exec.Command(self, append([]string{childCommand, "--"}, cmdArgs...)...)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.ExtraFiles = []*os.File{goR}
+	// Its own process group: terminal signals reach tidal run once and are forwarded once.
+	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs)
+	defer signal.Stop(sigs)
+	if err := child.Start(); err != nil {
+		return err
+	}
+	goR.Close()
+
+	req := agent.AdmitRequest{Name: *name, Tier: *tier, CPUs: *cpus, NUMABinding: *numa, MemoryBytes: memBytes,
+		PID: child.Process.Pid, Command: cmdArgs}
+	if isSet(fs, "reclaim-priority") {
+		p := int32(*priority)
+		req.ReclaimPriority = &p
+	}
+	client := agent.NewClient(*socket)
+	if _, err := client.Admit(req); err != nil {
+		goW.Close() // the child sees EOF and exits without running the command
+		_ = child.Wait()
+		return err
+	}
+	if _, err := goW.Write([]byte{'g'}); err != nil {
+		return err
+	}
+	goW.Close()
+
+	done := make(chan error, 1)
+	go func() { done <- child.Wait() }()
+	var waitErr error
+forward:
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGCHLD || s == syscall.SIGURG || s == syscall.SIGWINCH {
+				continue
+			}
+			_ = child.Process.Signal(s)
+		case waitErr = <-done:
+			break forward
+		}
+	}
+	if err := client.Release(*name); err != nil && !errors.Is(err, agent.ErrNoAgent) {
+		fmt.Fprintf(os.Stderr, "tidal run: %v\n", err)
+	}
+	return exitStatus(waitErr)
+}
+
+// exitStatus maps the command's end to ours: its exit code, or 128+signal like a shell.
+func exitStatus(err error) error {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return err
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitError{128 + int(ws.Signal())}
+	}
+	return exitError{ee.ExitCode()}
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// runChild waits for the go-ahead on fd 3, then becomes the command.
+func runChild(args []string) error {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	gate := os.NewFile(3, "gate")
+	b := make([]byte, 1)
+	if n, _ := gate.Read(b); n != 1 || b[0] != 'g' {
+		return exitError{126} // not admitted: tidal run already said why
+	}
+	gate.Close()
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(path, args, os.Environ())
+}
+
+func defaultName(cmd string) string {
+	base := strings.ToLower(filepath.Base(cmd))
+	var b strings.Builder
+	for _, r := range base {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' || r == '.' || r == '_' {
+			b.WriteRune(r)
+		}
+	}
+	s := strings.Trim(b.String(), "-._")
+	if s == "" {
+		s = "job"
+	}
+	if len(s) > 40 {
+		s = s[:40]
+	}
+	return fmt.Sprintf("%s-%d", s, os.Getpid())
+}
+
+func writeIndentedJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
