@@ -1,0 +1,293 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/cpuset"
+)
+
+// A reclaimed burner runs in its own cgroup with the lowest CPU priority, a quota equal to
+// the lent CPU, a cpuset inside the reclaimed pool and a memory limit equal to lent memory;
+// and the command's very first instruction already runs in that cgroup.
+func TestReclaimedWorkloadIsConfined(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\n  peakWindow: 2s\n")
+	n.start()
+
+	// The first thing the command does is print its own cgroups.
+	first, out := n.run("--tier", "reclaimed", "--name", "first", "--", "cat", "/proc/self/cgroup")
+	if err := first.Wait(); err != nil {
+		t.Fatalf("tidal run cat: %v\n%s", err, out)
+	}
+	wantPath := "/" + n.root + "/reclaimed/first"
+	for _, c := range []string{"cpu", "cpuset", "memory"} {
+		if !strings.Contains(out.String(), ":"+c+":"+wantPath) && !strings.Contains(out.String(), ","+c+":"+wantPath) && !strings.Contains(out.String(), ":"+c+",") {
+			t.Errorf("first instruction ran outside %s for %s:\n%s", wantPath, c, out)
+		}
+	}
+
+	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", "2")
+	w := n.waitWorkload("burn")
+	// Let lending grow past the minimum, then compare files with what status says.
+	n.eventually(10*time.Second, "lending grows", func() error {
+		if s := n.status(); s.Lendable.MilliCPU <= 100 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	n.eventually(5*time.Second, "cgroup files match status", func() error {
+		s := n.status()
+		var lent int64
+		reclaimedPool := cpuset.New()
+		for _, p := range s.Pools {
+			lent += p.LentMilliCPU
+			set, err := cpuset.Parse(p.Reclaimed)
+			if err != nil {
+				return err
+			}
+			reclaimedPool = reclaimedPool.Union(set)
+		}
+		if got := n.file("cpu", w.Cgroup, "cpu.idle"); got != "1" {
+			return fmt.Errorf("cpu.idle = %s", got)
+		}
+		if got, want := n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us"), strconv.FormatInt(lent*100, 10); got != want {
+			return fmt.Errorf("tier quota = %s, want %s (lent %dm)", got, want, lent)
+		}
+		quota, _ := strconv.ParseInt(n.file("cpu", w.Cgroup, "cpu.cfs_quota_us"), 10, 64)
+		if quota <= 0 || quota > lent*100 {
+			return fmt.Errorf("workload quota = %d, want within the lent %dm", quota, lent)
+		}
+		cpus, err := cpuset.Parse(n.file("cpuset", w.Cgroup, "cpuset.cpus"))
+		if err != nil || cpus.IsEmpty() || !cpus.IsSubsetOf(reclaimedPool) {
+			return fmt.Errorf("cpuset %s not inside the reclaimed pool %s", cpus, reclaimedPool)
+		}
+		if got, want := n.file("memory", w.Cgroup, "memory.limit_in_bytes"), strconv.FormatInt(s.Lendable.MemoryBytes, 10); got != want {
+			return fmt.Errorf("memory limit = %s, want lent memory %s", got, want)
+		}
+		return nil
+	})
+	oom, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", w.PIDs[0]))
+	if err != nil || strings.TrimSpace(string(oom)) != "1000" {
+		t.Errorf("reclaimed oom_score_adj = %q, %v; want 1000", oom, err)
+	}
+}
+
+// A dedicated workload gets whole cores that no shared or reclaimed cgroup may use, and a
+// request the node cannot satisfy is refused with the reason.
+func TestDedicatedCoresAreExclusive(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	n := newNode(t, "")
+	n.start()
+	n.run("--tier", "shared", "--name", "web", "--", "sleep", "60")
+	n.run("--tier", "reclaimed", "--name", "batch", "--", "sleep", "60")
+	n.waitWorkload("web")
+	n.waitWorkload("batch")
+	n.run("--tier", "dedicated", "--cpus", "1", "--name", "db", "--", "sleep", "60")
+	db := n.waitWorkload("db")
+	mine, err := cpuset.Parse(db.CPUs)
+	if err != nil || mine.Size() != 1 {
+		t.Fatalf("db got CPUs %q", db.CPUs)
+	}
+	if got := n.file("cpuset", db.Cgroup, "cpuset.cpus"); got != mine.String() {
+		t.Errorf("db cgroup cpuset = %s, want %s", got, mine)
+	}
+	for _, rel := range []string{n.root + "/shared", n.root + "/shared/web", n.root + "/reclaimed", n.root + "/reclaimed/batch", n.root + "/system"} {
+		set, err := cpuset.Parse(n.file("cpuset", rel, "cpuset.cpus"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !set.Intersection(mine).IsEmpty() {
+			t.Errorf("%s cpuset %s includes dedicated CPU %s", rel, set, mine)
+		}
+	}
+	// Every CPU but one is now taken: another dedicated request must be refused, with why.
+	cmd, out := n.run("--tier", "dedicated", "--cpus", strconv.Itoa(runtime.NumCPU()), "--name", "db2", "--", "true")
+	if err := cmd.Wait(); err == nil || !strings.Contains(out.String(), "cannot dedicate") {
+		t.Errorf("an impossible dedicated request: err %v, output %q", err, out)
+	}
+}
+
+// Raising online load shrinks the reclaimed pool at once and the burner's CPU share falls.
+func TestOnlineLoadShrinksReclaimed(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 3s\n")
+	n.start()
+	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	burn := n.waitWorkload("burn")
+	n.eventually(15*time.Second, "lending grows to most of the node", func() error {
+		if s := n.status(); s.Lendable.MilliCPU < int64(runtime.NumCPU())*1000/2 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	before := n.cpuUsage(burn.Cgroup, time.Second)
+	lentBefore := n.status().Lendable.MilliCPU
+
+	n.run("--tier", "shared", "--name", "online", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	n.waitWorkload("online")
+	n.eventually(5*time.Second, "reclaimed pool shrinks", func() error {
+		if s := n.status(); s.Lendable.MilliCPU > lentBefore/2 {
+			return fmt.Errorf("still lends %dm (was %dm)", s.Lendable.MilliCPU, lentBefore)
+		}
+		return nil
+	})
+	after := n.cpuUsage(burn.Cgroup, time.Second)
+	t.Logf("burner CPU per second: %v before online load, %v during it; lent %dm -> %dm", before, after, lentBefore, n.status().Lendable.MilliCPU)
+	if after > before/2 {
+		t.Errorf("burner CPU fell only from %v to %v per second under online load", before, after)
+	}
+	throttled := false
+	for _, a := range n.status().Actions {
+		throttled = throttled || a.Kind == "throttle"
+	}
+	if !throttled {
+		t.Error("no throttle action recorded by the fast path")
+	}
+}
+
+// Memory short: the lowest reclaim-priority reclaimed workload is stopped first, one at a time,
+// and online work is never touched. The watermark is set above what this machine has
+// available, so "short" holds without exhausting the CI machine's memory.
+func TestMemoryShortEvictsLowestPriorityFirst(t *testing.T) {
+	n := newNode(t, "memory:\n  evictAvailableBelowBytes: 1Ti\neviction:\n  gracePeriod: 1s\n  coolDown: 2s\n")
+	n.start()
+	web, _ := n.run("--tier", "shared", "--name", "web", "--", tidalBin, "workload", "memhog", "--target", "32Mi")
+	n.run("--tier", "reclaimed", "--reclaim-priority", "5", "--name", "important", "--", tidalBin, "workload", "memhog", "--target", "16Mi")
+	// Ignores SIGTERM: must be SIGKILLed after the grace period.
+	n.run("--tier", "reclaimed", "--reclaim-priority", "1", "--name", "cheap", "--", "sh", "-c", "trap '' TERM; while :; do sleep 0.1; done")
+	n.waitWorkload("web")
+
+	var order []string
+	n.eventually(30*time.Second, "both reclaimed workloads evicted", func() error {
+		order = order[:0]
+		for _, a := range n.status().Actions {
+			if a.Kind == "evict" {
+				order = append(order, strings.Fields(a.Reason)[0])
+			}
+		}
+		if len(order) < 2 {
+			return fmt.Errorf("evictions so far: %v", order)
+		}
+		return nil
+	})
+	if order[0] != "cheap" || order[1] != "important" {
+		t.Errorf("eviction order = %v, want cheap (priority 1) then important (priority 5)", order)
+	}
+	for _, name := range []string{"cheap", "important"} {
+		n.eventually(10*time.Second, name+" gone", func() error {
+			if _, ok := n.workload(name); ok {
+				return fmt.Errorf("still listed")
+			}
+			return nil
+		})
+	}
+	if w, ok := n.workload("web"); !ok || len(w.PIDs) == 0 {
+		t.Error("the online workload was stopped")
+	}
+	if web.ProcessState != nil {
+		t.Error("online tidal run exited")
+	}
+}
+
+// A bad config stops start-up with the key, its line and what is allowed; a malformed request
+// is refused with a message and the agent carries on.
+func TestBadInputIsRejectedClearly(t *testing.T) {
+	n := newNode(t, "cpu:\n  spikeThreshold: 1.7\n")
+	out, err := exec.Command(tidalBin, "agent", "--config", n.config).CombinedOutput()
+	if err == nil {
+		t.Fatal("agent started with spikeThreshold 1.7")
+	}
+	for _, want := range []string{"tidal.yaml:", "cpu.spikeThreshold", "1.7", "(0, 1]"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("config error %q lacks %q", out, want)
+		}
+	}
+
+	n = newNode(t, "")
+	n.start()
+	cases := map[string][]string{
+		"unknown tier":      {"--tier", "gold", "--", "true"},
+		"dedicated no cpus": {"--tier", "dedicated", "--", "true"},
+		"numa on shared":    {"--tier", "shared", "--numa-binding", "--", "true"},
+		"bad name":          {"--tier", "shared", "--name", "Bad/Name", "--", "true"},
+		"bad memory":        {"--tier", "shared", "--memory", "lots", "--", "true"},
+		"missing command":   {"--tier", "shared", "--", "/no/such/command"},
+		"negative cpus":     {"--tier", "shared", "--cpus", "-2", "--", "true"},
+	}
+	for name, args := range cases {
+		cmd, out := n.run(args...)
+		if err := cmd.Wait(); err == nil {
+			t.Errorf("%s: accepted: %s", name, out)
+		} else if out.Len() == 0 {
+			t.Errorf("%s: refused without a message", name)
+		}
+	}
+	if _, err := n.client.Status(); err != nil {
+		t.Fatalf("agent died after bad requests: %v", err)
+	}
+	if s := n.status(); len(s.Workloads) != 0 {
+		t.Errorf("refused requests left workloads: %+v", s.Workloads)
+	}
+}
+
+// After kill -9 and a restart, workloads keep their tiers and dedicated cores, online cgroups
+// are not rewritten, and lending sits at its minimum until fresh metrics arrive.
+func TestRestartAfterKill9(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\nloops:\n  slowInterval: 500ms\n  metricsStaleAfter: 2s\n")
+	n.start()
+	n.run("--tier", "dedicated", "--cpus", "1", "--name", "db", "--", "sleep", "120")
+	n.run("--tier", "shared", "--name", "web", "--", "sleep", "120")
+	n.run("--tier", "reclaimed", "--name", "batch", "--", tidalBin, "workload", "burner", "--threads", "1")
+	db := n.waitWorkload("db")
+	n.waitWorkload("web")
+	n.waitWorkload("batch")
+	n.eventually(10*time.Second, "lending grows", func() error {
+		if s := n.status(); s.Lendable.MilliCPU <= 100 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	webCPUs := n.file("cpuset", n.root+"/shared/web", "cpuset.cpus")
+	n.kill9()
+
+	// Restart with a long slow interval so the check below sees the state before fresh metrics.
+	cfg, _ := os.ReadFile(n.config)
+	_ = os.WriteFile(n.config, []byte(strings.NewReplacer("slowInterval: 500ms", "slowInterval: 5s", "metricsStaleAfter: 2s", "metricsStaleAfter: 10s").Replace(string(cfg))), 0o600)
+	n.start()
+	s := n.status()
+	if s.MetricsOK || s.Lendable.MilliCPU != 0 {
+		t.Errorf("right after restart: metrics fresh %v, lendable %dm; want stale and 0", s.MetricsOK, s.Lendable.MilliCPU)
+	}
+	for _, p := range s.Pools {
+		if p.LentMilliCPU > 100 {
+			t.Errorf("numa %d lends %dm right after restart, want the 100m minimum", p.NUMANode, p.LentMilliCPU)
+		}
+	}
+	if got := n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us"); got != "10000" {
+		t.Errorf("reclaimed quota after restart = %s, want 10000 (100m)", got)
+	}
+	tiers := map[string]string{}
+	for _, w := range s.Workloads {
+		tiers[w.Name] = w.Tier
+	}
+	if tiers["db"] != "dedicated" || tiers["web"] != "shared" || tiers["batch"] != "reclaimed" {
+		t.Errorf("tiers after restart = %v", tiers)
+	}
+	dbAfter, _ := n.workload("db")
+	if dbAfter.CPUs != db.CPUs || n.file("cpuset", db.Cgroup, "cpuset.cpus") != db.CPUs {
+		t.Errorf("dedicated cores moved: %s -> %s", db.CPUs, dbAfter.CPUs)
+	}
+	if got := n.file("cpuset", n.root+"/shared/web", "cpuset.cpus"); got != webCPUs {
+		t.Errorf("online cpuset moved on restart: %s -> %s", webCPUs, got)
+	}
+}

@@ -1,0 +1,205 @@
+// Package integration runs the real tidal binary on this machine: a standalone agent managing
+// real cgroups, and real processes started through `tidal run`. Each test owns a uniquely
+// named cgroup root, socket and state folder, and leaves no process or cgroup behind.
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidalqos/tidal/agent"
+	"github.com/tidalqos/tidal/isolation/isolationtest"
+	"github.com/tidalqos/tidal/reporter"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+// tidalBin is the binary under test, built once by TestMain.
+var tidalBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tidal-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	tidalBin = filepath.Join(dir, "tidal")
+	build := exec.Command("go", "build", "-o", tidalBin, "github.com/tidalqos/tidal/cmd/tidal")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build tidal:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// node is one agent under test with its own cgroup root, socket and state.
+type node struct {
+	t      *testing.T
+	layout *cgroupfs.Layout
+	root   string
+	dir    string
+	config string
+	socket string
+	agent  *exec.Cmd
+	log    *bytes.Buffer
+	client *agent.Client
+}
+
+// newNode prepares (but does not start) an agent whose config is the defaults plus extra YAML
+// lines, e.g. "cpu:\n  growStepMilliCPU: 1000".
+func newNode(t *testing.T, extra string) *node {
+	t.Helper()
+	layout := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, layout)
+	dir := t.TempDir()
+	n := &node{t: t, layout: layout, root: root, dir: dir, socket: filepath.Join(dir, "tidal.sock")}
+	n.config = filepath.Join(dir, "tidal.yaml")
+	cfg := fmt.Sprintf("cgroup:\n  root: %s\nstateDir: %s\nsocketPath: %s\nmetricsAddress: \"\"\nlogLevel: debug\n%s\n",
+		root, filepath.Join(dir, "state"), n.socket, extra)
+	if err := os.WriteFile(n.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.client = agent.NewClient(n.socket)
+	return n
+}
+
+// start runs the agent and waits until it answers.
+func (n *node) start() {
+	n.t.Helper()
+	n.log = &bytes.Buffer{}
+	n.agent = exec.Command(tidalBin, "agent", "--config", n.config)
+	n.agent.Stdout, n.agent.Stderr = n.log, n.log
+	if err := n.agent.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	cmd := n.agent
+	n.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if n.t.Failed() {
+			n.t.Logf("agent log:\n%s", tail(n.log.String(), 60))
+		}
+	})
+	n.eventually(10*time.Second, "agent answers", func() error { _, err := n.client.Status(); return err })
+}
+
+// kill9 kills the agent without giving it a chance to clean up.
+func (n *node) kill9() {
+	_ = n.agent.Process.Kill()
+	_, _ = n.agent.Process.Wait()
+}
+
+// run starts `tidal run ARGS` in its own process group, killed at the end of the test.
+func (n *node) run(args ...string) (*exec.Cmd, *bytes.Buffer) {
+	n.t.Helper()
+	out := &bytes.Buffer{}
+	cmd := exec.Command(tidalBin, append([]string{"run", "--socket", n.socket}, args...)...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The command runs in a process group of its own (tidal run forwards signals to it), so
+	// a stray one could hold the output pipe open: never wait on it for long.
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() {
+		// SIGTERM is forwarded to the command; whatever is left dies with the cgroup root.
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	return cmd, out
+}
+
+func (n *node) status() reporter.Status {
+	n.t.Helper()
+	s, err := n.client.Status()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return s
+}
+
+func (n *node) workload(name string) (reporter.Workload, bool) {
+	for _, w := range n.status().Workloads {
+		if w.Name == name {
+			return w, true
+		}
+	}
+	return reporter.Workload{}, false
+}
+
+// waitWorkload waits until a workload is admitted and has a process.
+func (n *node) waitWorkload(name string) reporter.Workload {
+	n.t.Helper()
+	var w reporter.Workload
+	n.eventually(10*time.Second, "workload "+name+" running", func() error {
+		var ok bool
+		if w, ok = n.workload(name); !ok || len(w.PIDs) == 0 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	return w
+}
+
+// file reads a cgroup file of the test's tree.
+func (n *node) file(controller, rel, name string) string {
+	n.t.Helper()
+	data, err := os.ReadFile(filepath.Join(n.layout.Dir(controller, rel), name))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func (n *node) eventually(timeout time.Duration, what string, f func() error) {
+	n.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	n.t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+}
+
+// cpuUsage is a cgroup's CPU time used over d.
+func (n *node) cpuUsage(rel string, d time.Duration) time.Duration {
+	n.t.Helper()
+	a, err := n.layout.CPUUsage(rel)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	time.Sleep(d)
+	b, err := n.layout.CPUUsage(rel)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return b - a
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
