@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 
 // node is one agent under test with its own cgroup root, socket and state.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	layout *cgroupfs.Layout
 	root   string
 	dir    string
@@ -56,7 +56,7 @@ type node struct {
 
 // newNode prepares (but does not start) an agent whose config is the defaults plus extra YAML
 // lines, e.g. "cpu:\n  growStepMilliCPU: 1000".
-func newNode(t *testing.T, extra string) *node {
+func newNode(t testing.TB, extra string) *node {
 	t.Helper()
 	layout := isolationtest.Layout(t)
 	root := isolationtest.RootName(t, layout)
@@ -202,4 +202,9 @@ func tail(s string, lines int) string {
 		l = l[len(l)-lines:]
 	}
 	return strings.Join(l, "\n")
+}
+
+func readFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	return string(data), err
 }

@@ -1,0 +1,84 @@
+package integration
+
+import (
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidalqos/tidal/agent"
+)
+
+// BenchmarkSpikeToShrink measures the fast path on real cgroups: from the moment an online
+// process starts spinning in the shared tier to the moment the agent has written a smaller
+// CFS quota on the reclaimed tier. Each iteration waits for lending to grow back first.
+//
+//	go test -run '^$' -bench SpikeToShrink -benchtime 20x ./tests/integration
+func BenchmarkSpikeToShrink(b *testing.B) {
+	n := newNode(b, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 1s\nloops:\n  slowInterval: 200ms\n  metricsStaleAfter: 2s\n")
+	n.start()
+	quotaFile := filepath.Join(n.layout.Dir("cpu", n.root+"/reclaimed"), "cpu.cfs_quota_us")
+	var lat []time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		n.eventually(20*time.Second, "lending grows back", func() error {
+			if s := n.status(); s.Lendable.MilliCPU < 1000 {
+				return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+			}
+			return nil
+		})
+		before := readTrim(b, quotaFile)
+
+		// An online spinner held at a gate until it sits in its cgroup.
+		spin := exec.Command("sh", "-c", "read go; while :; do :; done")
+		gate, err := spin.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := spin.Start(); err != nil {
+			b.Fatal(err)
+		}
+		name := fmt.Sprintf("spike-%d", i)
+		if _, err := n.client.Admit(agent.AdmitRequest{Name: name, Tier: "shared", PID: spin.Process.Pid}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		_, _ = io.WriteString(gate, "go\n")
+		for readTrim(b, quotaFile) == before {
+			if time.Since(start) > 5*time.Second {
+				b.Fatalf("no shrink within 5s (quota still %s)", before)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		lat = append(lat, time.Since(start))
+		b.StopTimer()
+		_ = spin.Process.Kill()
+		_ = spin.Wait()
+		n.eventually(5*time.Second, "spinner released", func() error {
+			if _, ok := n.workload(name); ok {
+				return fmt.Errorf("still listed")
+			}
+			return nil
+		})
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	q := func(p float64) float64 {
+		return float64(lat[min(int(p*float64(len(lat))), len(lat)-1)].Microseconds()) / 1000
+	}
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+}
+
+func readTrim(b testing.TB, path string) string {
+	data, err := readFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.TrimSpace(data)
+}
