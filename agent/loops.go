@@ -30,6 +30,9 @@ type sample struct {
 	advisor  advisor.Sample
 	memory   metrics.Memory
 	pressure metrics.Pressure
+	// reclaimedMemory is what reclaimed work holds; above the lent memory it means the
+	// kernel could not shrink the limit (it refuses to go under usage it cannot reclaim).
+	reclaimedMemory int64
 }
 
 func (a *Agent) slowLoop(ctx context.Context) {
@@ -100,6 +103,7 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 	if err != nil {
 		return s, false, err
 	}
+	s.reclaimedMemory = reclaimedMem
 	prev := a.sampler
 	a.sampler = sampler{at: now, cpu: cpus, reclaimed: reclaimedCPU, lastOK: now}
 	elapsed := now.Sub(prev.at)
@@ -163,6 +167,9 @@ func (a *Agent) maybeEvictLocked(ctx context.Context, s sample) {
 		AvailableBelowBytes: a.cfg.Memory.EvictAvailableBelowBytes,
 		PressureAbove:       a.cfg.Memory.EvictPressureAbove,
 	})
+	if lent := a.advisor.Plan().ReclaimedMemory; !short && s.reclaimedMemory > lent {
+		reason, short = fmt.Sprintf("reclaimed work holds %dMiB, more than the %dMiB lent", s.reclaimedMemory>>20, lent>>20), true
+	}
 	if !short || time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown {
 		return
 	}
