@@ -36,6 +36,7 @@ type workload struct {
 	pids     []int
 	cpuMilli int64
 	cpuPrev  time.Duration
+	cpuAt    time.Time
 }
 
 // Agent is the node daemon. Create it with New and run it with Run.

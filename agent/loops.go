@@ -17,6 +17,11 @@ import (
 // behind tidal's back.
 const forgetEvery = 30
 
+// workloadSampleEvery passes, each workload's processes, CPU and memory are read: with
+// hundreds of workloads these reads cost more than the rest of the pass, and the figures
+// (status, eviction order, releasing exited workloads) do not need a fresher view.
+const workloadSampleEvery = 5
+
 // sampler turns cumulative counters into rates between slow-loop passes.
 type sampler struct {
 	at        time.Time
@@ -107,7 +112,9 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 	prev := a.sampler
 	a.sampler = sampler{at: now, cpu: cpus, reclaimed: reclaimedCPU, lastOK: now}
 	elapsed := now.Sub(prev.at)
-	a.sampleWorkloadsLocked(elapsed)
+	if a.passes%workloadSampleEvery == 0 {
+		a.sampleWorkloadsLocked(now)
+	}
 	if prev.cpu == nil || elapsed <= 0 {
 		return s, false, nil
 	}
@@ -136,14 +143,15 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 }
 
 // sampleWorkloadsLocked refreshes each workload's processes, CPU rate and memory.
-func (a *Agent) sampleWorkloadsLocked(elapsed time.Duration) {
+func (a *Agent) sampleWorkloadsLocked(now time.Time) {
 	for _, w := range a.workloads {
-		w.pids, _ = a.layout.Procs(w.Cgroup, true)
+		// Workload cgroups are leaves: a plain read, no directory walk.
+		w.pids, _ = a.layout.Procs(w.Cgroup, false)
 		if used, err := a.layout.CPUUsage(w.Cgroup); err == nil {
-			if w.cpuPrev > 0 && elapsed > 0 {
-				w.cpuMilli = milli(used-w.cpuPrev, elapsed)
+			if !w.cpuAt.IsZero() {
+				w.cpuMilli = milli(used-w.cpuPrev, now.Sub(w.cpuAt))
 			}
-			w.cpuPrev = used
+			w.cpuPrev, w.cpuAt = used, now
 		}
 		if mem, err := a.layout.MemoryUsage(w.Cgroup); err == nil {
 			w.MemoryUsage = mem

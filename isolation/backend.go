@@ -38,7 +38,7 @@ func newBackend(layout *cgroupfs.Layout) (backend, error) {
 			return nil, fmt.Errorf("cgroup v1 controller %s is mounted at %s but %s is not that mount; tidal needs the usual /sys/fs/cgroup/<controller> names", name, mount, named)
 		}
 	}
-	return &v1Backend{layout: layout, groups: map[string]cgroup1.Cgroup{}}, nil
+	return newV1Backend(layout), nil
 }
 
 func resolve(p string) string {
@@ -49,32 +49,55 @@ func resolve(p string) string {
 }
 
 // v1Backend drives the cpu, cpuacct, cpuset and memory hierarchies through containerd/cgroups.
+// Knob writes go to the one controller that owns the knob: the library's aggregate Update
+// would run every controller, and its cpuset controller re-reads the whole ancestry on each
+// call, which costs more than the write itself.
 type v1Backend struct {
 	layout *cgroupfs.Layout
 	groups map[string]cgroup1.Cgroup
+	subs   []cgroup1.Subsystem
+	cpu    interface {
+		Update(string, *specs.LinuxResources) error
+	}
+	memory interface {
+		Update(string, *specs.LinuxResources) error
+	}
 }
 
-// hierarchy limits containerd/cgroups to the controllers tidal owns, so it never creates or
+func v1CpusetFile(k knob) string {
+	if k == knobMems {
+		return "cpuset.mems"
+	}
+	return "cpuset.cpus"
+}
+
+// newV1Backend limits containerd/cgroups to the controllers tidal owns, so it never creates or
 // removes directories in hierarchies (devices, freezer, pids...) tidal does not manage.
 // containerd/cgroups finds a controller at <root>/<name>, as every distribution mounts it (a
 // co-mounted cpu,cpuacct has cpu and cpuacct links); newBackend checks that this holds.
-func (b *v1Backend) hierarchy() ([]cgroup1.Subsystem, error) {
-	var subs []cgroup1.Subsystem
-	for name, mount := range b.layout.Controllers() {
+func newV1Backend(layout *cgroupfs.Layout) *v1Backend {
+	b := &v1Backend{layout: layout, groups: map[string]cgroup1.Cgroup{}}
+	for name, mount := range layout.Controllers() {
 		root := filepath.Dir(mount)
 		switch name {
 		case "cpu":
-			subs = append(subs, cgroup1.NewCpu(root))
+			c := cgroup1.NewCpu(root)
+			b.cpu = c
+			b.subs = append(b.subs, c)
 		case "cpuacct":
-			subs = append(subs, cgroup1.NewCpuacct(root))
+			b.subs = append(b.subs, cgroup1.NewCpuacct(root))
 		case "cpuset":
-			subs = append(subs, cgroup1.NewCpuset(root))
+			b.subs = append(b.subs, cgroup1.NewCpuset(root))
 		case "memory":
-			subs = append(subs, cgroup1.NewMemory(root))
+			c := cgroup1.NewMemory(root)
+			b.memory = c
+			b.subs = append(b.subs, c)
 		}
 	}
-	return subs, nil
+	return b
 }
+
+func (b *v1Backend) hierarchy() ([]cgroup1.Subsystem, error) { return b.subs, nil }
 
 func (b *v1Backend) group(path string) (cgroup1.Cgroup, error) {
 	if g, ok := b.groups[path]; ok {
@@ -156,30 +179,27 @@ func (b *v1Backend) read(path string, k knob) (string, error) {
 
 func (b *v1Backend) write(path string, k knob, value string) error {
 	if k == knobIdle {
+		// containerd/cgroups has no cpu.idle (Linux 5.15+).
 		return writeFile(filepath.Join(b.layout.Dir("cpu", path), "cpu.idle"), value)
 	}
-	g, err := b.group(path)
-	if err != nil {
-		return err
-	}
-	r := &specs.LinuxResources{}
 	switch k {
-	case knobCPUs:
-		r.CPU = &specs.LinuxCPU{Cpus: value}
-	case knobMems:
-		r.CPU = &specs.LinuxCPU{Mems: value}
+	case knobCPUs, knobMems:
+		// Written directly: the library's cpuset Update re-reads and re-copies every
+		// ancestor's cpuset on each call, while Writer.Apply already orders parents and
+		// children, and New copied the parent's values when the cgroup was made.
+		return writeFile(filepath.Join(b.layout.Dir("cpuset", path), v1CpusetFile(k)), value)
 	case knobShares:
 		n, _ := strconv.ParseUint(value, 10, 64)
-		r.CPU = &specs.LinuxCPU{Shares: &n}
+		return b.cpu.Update(path, &specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &n}})
 	case knobQuota:
 		q, _ := strconv.ParseInt(value, 10, 64)
 		p := uint64(cfsPeriodMicros)
-		r.CPU = &specs.LinuxCPU{Quota: &q, Period: &p}
+		return b.cpu.Update(path, &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: &q, Period: &p}})
 	case knobMemoryLimit:
 		n, _ := strconv.ParseInt(value, 10, 64)
-		r.Memory = &specs.LinuxMemory{Limit: &n}
+		return b.memory.Update(path, &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &n}})
 	}
-	return g.Update(r)
+	return fmt.Errorf("unknown knob %d", k)
 }
 
 // v2Backend drives a unified hierarchy through containerd/cgroups.

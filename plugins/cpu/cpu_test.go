@@ -95,6 +95,16 @@ func TestFillSettings(t *testing.T) {
 	if batch.CPUIdle != plugins.On || batch.CPUQuota != 500 || !batch.CPUs.IsSubsetOf(pools.Shared()) || batch.CPUs.Size() != 2 {
 		t.Errorf("batch settings %+v", batch)
 	}
+	capped := plugins.Workload{Name: "big", Tier: qos.Reclaimed, Cgroup: "tidal/reclaimed/big", MilliCPU: 9000}
+	uncapped := plugins.Workload{Name: "free", Tier: qos.Reclaimed, Cgroup: "tidal/reclaimed/free"}
+	tree2 := plugins.NewTree("tidal", []plugins.Workload{capped, uncapped})
+	Fill(tree2, topo.AllCPUs(), pools, 2000, []plugins.Workload{capped, uncapped}, true)
+	if q := tree2.Workload(capped).CPUQuota; q != 2000 {
+		t.Errorf("a 9000m cap under 2000m lent: quota %d, want 2000", q)
+	}
+	if q := tree2.Workload(uncapped).CPUQuota; q != plugins.Unlimited {
+		t.Errorf("uncapped reclaimed workload quota %d, want unlimited (the tier caps it)", q)
+	}
 	if r := *tree.Tier(qos.Reclaimed); r.CPUQuota != 2000 || r.CPUIdle != plugins.On {
 		t.Errorf("reclaimed tier %+v", r)
 	}

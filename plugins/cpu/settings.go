@@ -19,7 +19,8 @@ const (
 //   - root: all CPUs; system: reserved CPUs (the shared pool when none are reserved);
 //   - dedicated: each workload its own cores (memory on their NUMA node with binding);
 //   - shared: the shared pool;
-//   - reclaimed: the reclaimed pool, idle (or shares 2), CFS quota = lent millicores.
+//   - reclaimed: the reclaimed pool, idle (or shares 2), CFS quota = lent millicores on the
+//     tier; each workload at most its own --cpus.
 func Fill(t *plugins.Tree, all cpuset.CPUSet, pools Pools, lentMilli int64, workloads []plugins.Workload, idle bool) {
 	// cpuset.mems names NUMA nodes by the same IDs as the pools.
 	allMems := cpuset.New()
@@ -63,9 +64,12 @@ func Fill(t *plugins.Tree, all cpuset.CPUSet, pools Pools, lentMilli int64, work
 			}
 			*s = merge(*s, plugins.Settings{CPUs: shared, Mems: allMems, CPUQuota: q})
 		case qos.Reclaimed:
-			q := lentMilli
+			// What is lent caps the reclaimed tier as a whole (as koordlet caps BestEffort at
+			// its parent cgroup): a change of lending is one write, not one per workload.
+			// A workload's own cap stays under it (v1 refuses a child quota above its parent's).
+			q := plugins.Unlimited
 			if w.MilliCPU > 0 {
-				q = min(q, w.MilliCPU)
+				q = min(lentMilli, w.MilliCPU)
 			}
 			*s = merge(*s, reclaimedSettings(reclaimed, allMems, q, idle))
 		}

@@ -7,8 +7,9 @@ import (
 	"github.com/tidalqos/tidal/qos"
 )
 
-// Fill sets memory limits: the reclaimed tier and each reclaimed workload at most lent bytes,
-// every other workload its own limit or none. Online tiers are never limited by tidal.
+// Fill sets memory limits: the reclaimed tier at the lent bytes (hierarchical accounting caps
+// all reclaimed work together; one write when lending changes), each workload its own limit
+// or none, a reclaimed one never above what is lent. Online tiers are never limited by tidal.
 func Fill(t *plugins.Tree, lent int64, workloads []plugins.Workload) {
 	for _, tier := range qos.AllTiers() {
 		t.Tier(tier).MemoryLimit = plugins.Unlimited
@@ -19,7 +20,7 @@ func Fill(t *plugins.Tree, lent int64, workloads []plugins.Workload) {
 		if w.MemoryLimit > 0 {
 			limit = w.MemoryLimit
 		}
-		if w.Tier == qos.Reclaimed && (limit == plugins.Unlimited || limit > lent) {
+		if w.Tier == qos.Reclaimed && limit > lent {
 			limit = lent
 		}
 		t.Workload(w).MemoryLimit = limit

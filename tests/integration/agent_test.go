@@ -59,16 +59,19 @@ func TestReclaimedWorkloadIsConfined(t *testing.T) {
 		if got, want := n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us"), strconv.FormatInt(lent*100, 10); got != want {
 			return fmt.Errorf("tier quota = %s, want %s (lent %dm)", got, want, lent)
 		}
-		quota, _ := strconv.ParseInt(n.file("cpu", w.Cgroup, "cpu.cfs_quota_us"), 10, 64)
-		if quota <= 0 || quota > lent*100 {
-			return fmt.Errorf("workload quota = %d, want within the lent %dm", quota, lent)
+		// The tier carries what is lent; the workload has no cap of its own (none asked).
+		if got := n.file("cpu", w.Cgroup, "cpu.cfs_quota_us"); got != "-1" {
+			return fmt.Errorf("workload quota = %s, want -1 (capped by its tier)", got)
 		}
 		cpus, err := cpuset.Parse(n.file("cpuset", w.Cgroup, "cpuset.cpus"))
 		if err != nil || cpus.IsEmpty() || !cpus.IsSubsetOf(reclaimedPool) {
 			return fmt.Errorf("cpuset %s not inside the reclaimed pool %s", cpus, reclaimedPool)
 		}
-		if got, want := n.file("memory", w.Cgroup, "memory.limit_in_bytes"), strconv.FormatInt(s.Lendable.MemoryBytes, 10); got != want {
-			return fmt.Errorf("memory limit = %s, want lent memory %s", got, want)
+		if got, want := n.file("memory", n.root+"/reclaimed", "memory.limit_in_bytes"), strconv.FormatInt(s.Lendable.MemoryBytes, 10); got != want {
+			return fmt.Errorf("reclaimed tier memory limit = %s, want lent memory %s", got, want)
+		}
+		if got := n.file("memory", n.root, "memory.use_hierarchy"); got != "1" {
+			return fmt.Errorf("memory.use_hierarchy = %s: the tier limit would not cover its workloads", got)
 		}
 		return nil
 	})

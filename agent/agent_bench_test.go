@@ -1,0 +1,47 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/isolation/isolationtest"
+)
+
+// BenchmarkSlowPass is one full slow-loop pass (sample node and 200 workloads, advise, write
+// the tree on change) on real cgroups.
+//
+//	sudo go test -run '^$' -bench SlowPass ./agent
+func BenchmarkSlowPass(b *testing.B) {
+	layout := isolationtest.Layout(b)
+	cfg := config.Default()
+	cfg.Cgroup.Root = isolationtest.RootName(b, layout)
+	dir := b.TempDir()
+	cfg.StateDir, cfg.SocketPath = filepath.Join(dir, "state"), filepath.Join(dir, "sock")
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tiers := []string{"shared", "reclaimed"}
+	for i := 0; i < 200; i++ {
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		if _, err := a.Admit(AdmitRequest{Name: fmt.Sprintf("w%d", i), Tier: tiers[i%2], PID: cmd.Process.Pid}, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	a.slowPass(ctx) // first sample: no rate yet
+	for b.Loop() {
+		a.slowPass(ctx)
+	}
+	b.ReportMetric(float64(len(a.workloads)), "workloads")
+}
