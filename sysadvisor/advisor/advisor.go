@@ -155,18 +155,8 @@ func (a *Advisor) Step(s Sample) []Change {
 		if !known {
 			cur = a.minCPU(node)
 		}
-		next := cur
-		switch {
-		case target < cur:
-			next = target
-		case target > cur:
-			next = min(cur+a.cfg.GrowStepMilliCPU, target)
-		}
-		if next != cur {
-			kind := "grow"
-			if next < cur {
-				kind = "shrink"
-			}
+		next, kind := approach(cur, target, a.cfg.GrowStepMilliCPU)
+		if kind != "" {
 			changes = append(changes, Change{kind, fmt.Sprintf("numa %d: online peak %dm of pool %dm over %s: reclaimed CPU %dm -> %dm", node, peak, ns.PoolMilliCPU, a.cfg.PeakWindow, cur, next)})
 		}
 		a.plan.ReclaimedMilliCPU[node] = next
@@ -182,23 +172,25 @@ func (a *Advisor) Step(s Sample) []Change {
 	peak := peakOf(a.mem)
 	target := max(a.memCap-peak-a.cfg.SafetyMarginBytes, a.cfg.MinReclaimedBytes)
 	cur := a.plan.ReclaimedMemory
-	next := cur
-	switch {
-	case target < cur:
-		next = target
-	case target > cur:
-		next = min(cur+a.cfg.GrowStepBytes, target)
-	}
-	if next != cur {
-		kind := "grow"
-		if next < cur {
-			kind = "shrink"
-		}
+	next, kind := approach(cur, target, a.cfg.GrowStepBytes)
+	if kind != "" {
 		changes = append(changes, Change{kind, fmt.Sprintf("online memory peak %s of %s: reclaimed memory %s -> %s", bytes(peak), bytes(s.MemoryTotalBytes), bytes(cur), bytes(next))})
 	}
 	a.plan.ReclaimedMemory = next
 	a.primed = true
 	return changes
+}
+
+// approach moves cur toward target: down at once, up by at most step. kind is "shrink",
+// "grow" or "" when nothing moved.
+func approach(cur, target, step int64) (next int64, kind string) {
+	switch {
+	case target < cur:
+		return target, "shrink"
+	case target > cur:
+		return min(cur+step, target), "grow"
+	}
+	return cur, ""
 }
 
 // cpuTarget is what a node can lend given an online demand: its pool less the demand with
