@@ -26,6 +26,7 @@ import (
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+	sysgpu "github.com/tidalqos/tidal/sysadvisor/gpu"
 	"github.com/tidalqos/tidal/sysadvisor/topology"
 )
 
@@ -49,6 +50,7 @@ type Agent struct {
 	metrics *reporter.Metrics
 	idle    bool
 	procDir string
+	gpus    *gpus
 
 	mu        sync.Mutex
 	advisor   *advisor.Advisor
@@ -99,6 +101,9 @@ func New(cfg config.Config, log *slog.Logger) (*Agent, error) {
 		advisor:   advisor.New(advisorConfig(cfg)),
 		workloads: map[string]*workload{},
 		online:    map[int]int64{},
+	}
+	if a.gpus, err = newGPUs(sysgpu.Open(log)); err != nil {
+		return nil, err
 	}
 	a.metrics = reporter.NewMetrics(func() (map[string]uint64, map[string]uint64) {
 		s := writer.Stats()
@@ -182,6 +187,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-ctx.Done()
 	wg.Wait()
 	a.background.Wait()
+	_ = a.gpus.src.Close()
 	_ = os.Remove(a.cfg.SocketPath)
 	return nil
 }
@@ -270,8 +276,8 @@ func (a *Agent) publishLocked() {
 			string(qos.Shared): np.Shared.Size(), string(qos.Reclaimed): np.Reclaimed.Size(),
 		}, plan.ReclaimedMilliCPU[np.Node])
 	}
-	l := a.lendableLocked()
-	a.metrics.SetLendable(l.MilliCPU, l.MemoryBytes)
+	a.metrics.SetLendable(a.lendableLocked())
+	a.metrics.SetGPUs(a.gpuStatusLocked())
 	byTier := map[string]int{}
 	for _, t := range qos.AllTiers() {
 		byTier[string(t)] = 0
@@ -290,7 +296,7 @@ func (a *Agent) lendableLocked() reporter.Lendable {
 		return reporter.Lendable{}
 	}
 	plan := a.advisor.Plan()
-	return reporter.Lendable{MilliCPU: plan.TotalMilliCPU(), MemoryBytes: plan.ReclaimedMemory}
+	return reporter.Lendable{MilliCPU: plan.TotalMilliCPU(), MemoryBytes: plan.ReclaimedMemory, GPUs: a.gpus.tracker.Lendable()}
 }
 
 // actionLocked records a decision for status, metrics and the log.

@@ -124,7 +124,7 @@ func (a *Agent) Status() reporter.Status {
 		Schema: reporter.StatusSchemaVersion, Node: a.cfg.NodeName, Mode: a.cfg.Mode, Time: time.Now(),
 		CgroupRoot: a.cfg.Cgroup.Root, CgroupVer: a.layout.Version.String(), CPUIdle: a.idle,
 		MetricsOK: a.advisor.Primed(), Lendable: a.lendableLocked(),
-		Pools: []reporter.Pool{}, Workloads: []reporter.Workload{},
+		Pools: []reporter.Pool{}, Workloads: []reporter.Workload{}, GPUs: a.gpuStatusLocked(),
 		Actions: append([]reporter.Action{}, a.actions...),
 	}
 	if a.applyErr != nil {
@@ -153,6 +153,7 @@ func (a *Agent) workloadStatusLocked(w *workload) reporter.Workload {
 		Name: w.Name, Tier: string(w.Tier), Cgroup: w.Cgroup, PIDs: append([]int{}, w.pids...),
 		CPUs: w.DedicatedCPUs.String(), ReclaimPriority: w.ReclaimPriority, MilliCPU: w.cpuMilli,
 		MemoryBytes: w.MemoryUsage, Started: w.Started, State: state,
+		GPUs: w.GPUs, Env: gpuEnv(w.Workload),
 	}
 }
 

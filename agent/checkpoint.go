@@ -31,6 +31,7 @@ type checkpointWorkload struct {
 	MemoryLimit     int64     `json:"memoryLimit,omitempty"`
 	ReclaimPriority int32     `json:"reclaimPriority"`
 	Started         time.Time `json:"started"`
+	GPUs            []string  `json:"gpus,omitempty"`
 }
 
 type checkpointFile struct {
@@ -58,7 +59,7 @@ func saveCheckpoint(dir string, ws []plugins.Workload) error {
 		f.Workloads = append(f.Workloads, checkpointWorkload{
 			Name: w.Name, Tier: w.Tier, Cgroup: w.Cgroup, DedicatedCPUs: w.DedicatedCPUs.String(),
 			NUMABinding: w.NUMABinding, MilliCPU: w.MilliCPU, MemoryLimit: w.MemoryLimit,
-			ReclaimPriority: w.ReclaimPriority, Started: w.Started,
+			ReclaimPriority: w.ReclaimPriority, Started: w.Started, GPUs: w.GPUs,
 		})
 	}
 	sum, err := checksum(f.Workloads)
@@ -114,6 +115,7 @@ func loadCheckpoint(dir string) ([]plugins.Workload, error) {
 		out = append(out, plugins.Workload{
 			Name: c.Name, Tier: c.Tier, Cgroup: c.Cgroup, DedicatedCPUs: cpus, NUMABinding: c.NUMABinding,
 			MilliCPU: c.MilliCPU, MemoryLimit: c.MemoryLimit, ReclaimPriority: c.ReclaimPriority, Started: c.Started,
+			GPUs: c.GPUs,
 		})
 	}
 	return out, nil

@@ -76,6 +76,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 		}
 		a.maybeEvictLocked(ctx, s)
 	}
+	a.observeGPUsLocked(start)
 	a.collectExitedLocked()
 	a.passes++
 	if a.passes%forgetEvery == 0 {

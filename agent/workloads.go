@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
+	pgpu "github.com/tidalqos/tidal/plugins/gpu"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/reporter"
 )
@@ -32,6 +33,7 @@ type AdmitRequest struct {
 	CPUs            int      `json:"cpus,omitempty"`
 	NUMABinding     bool     `json:"numaBinding,omitempty"`
 	MemoryBytes     int64    `json:"memoryBytes,omitempty"`
+	GPUs            int      `json:"gpus,omitempty"`
 	PID             int      `json:"pid"`
 	Command         []string `json:"command,omitempty"`
 }
@@ -61,8 +63,8 @@ func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) 
 	if peerPID > 0 && req.PID != peerPID && parentOf(a.procDir, req.PID) != peerPID {
 		return reporter.Workload{}, refuse(403, "pid %d is neither the caller (%d) nor its child", req.PID, peerPID)
 	}
-	if req.CPUs < 0 || req.MemoryBytes < 0 {
-		return reporter.Workload{}, refuse(400, "cpus %d, memoryBytes %d: must not be negative", req.CPUs, req.MemoryBytes)
+	if req.CPUs < 0 || req.MemoryBytes < 0 || req.GPUs < 0 {
+		return reporter.Workload{}, refuse(400, "cpus %d, memoryBytes %d, gpus %d: must not be negative", req.CPUs, req.MemoryBytes, req.GPUs)
 	}
 	tier, err := qos.ParseTier(req.Tier)
 	if err != nil {
@@ -73,6 +75,9 @@ func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) 
 	}
 	if req.NUMABinding && tier != qos.Dedicated {
 		return reporter.Workload{}, refuse(400, "--numa-binding applies to the dedicated tier only, not %s", tier)
+	}
+	if req.GPUs > 0 && tier != qos.Dedicated && tier != qos.Reclaimed {
+		return reporter.Workload{}, refuse(400, "--gpus applies to dedicated (own GPUs) and reclaimed (lent GPUs) work, not %s", tier)
 	}
 	// tidal run's flags become the annotations every other source uses, so one function decides.
 	ann := map[string]string{qos.AnnotationQoSLevel: req.Tier}
@@ -99,7 +104,19 @@ func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) 
 	}}
 	switch d.Tier {
 	case qos.Dedicated:
-		cpus, _, err := cpu.Allocate(a.topo, a.cfg.CPU.ReservedSystemCPUs, cpusetOf(a.dedicatedCPUsLocked()), req.CPUs, req.NUMABinding)
+		taken := cpusetOf(a.dedicatedCPUsLocked())
+		if req.GPUs > 0 {
+			node, uuids, ok := a.gpus.tracker.ForNUMA(req.GPUs)
+			if !ok {
+				return reporter.Workload{}, refuse(409, "cannot give %d GPUs on one NUMA node: %d GPUs are free of online use", req.GPUs, len(a.gpus.tracker.States()))
+			}
+			w.GPUs = uuids
+			if req.NUMABinding {
+				// Cores and memory on the GPUs' node: every other node's CPUs count as taken.
+				taken = taken.Union(a.topo.AllCPUs().Difference(a.topo.CPUsOfNUMA(node)))
+			}
+		}
+		cpus, _, err := cpu.Allocate(a.topo, a.cfg.CPU.ReservedSystemCPUs, taken, req.CPUs, req.NUMABinding)
 		if err != nil {
 			return reporter.Workload{}, refuse(409, "%v", err)
 		}
@@ -107,8 +124,19 @@ func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) 
 	case qos.Shared, qos.Reclaimed:
 		w.MilliCPU = int64(req.CPUs) * 1000
 	}
+	if d.Tier == qos.Reclaimed && req.GPUs > 0 {
+		uuids, err := a.gpus.tracker.Assign(pgpu.Request{Workload: w.Name, GPUs: req.GPUs, ReclaimPriority: w.ReclaimPriority})
+		if err != nil {
+			return reporter.Workload{}, refuse(409, "%v", err)
+		}
+		w.GPUs = uuids
+	}
 	a.workloads[w.Name] = w
-	undo := func() { delete(a.workloads, w.Name); _ = a.writer.Remove(w.Cgroup) }
+	undo := func() {
+		delete(a.workloads, w.Name)
+		a.gpus.tracker.Release(w.Name)
+		_ = a.writer.Remove(w.Cgroup)
+	}
 	if err := a.applyLocked(); err != nil {
 		undo()
 		_ = a.applyLocked()
@@ -157,6 +185,7 @@ func (a *Agent) Release(name string) error {
 // forgetLocked drops a workload and its cgroup; what it lent goes back to the pools.
 func (a *Agent) forgetLocked(w *workload, kind, why string) {
 	delete(a.workloads, w.Name)
+	a.gpus.tracker.Release(w.Name)
 	if err := a.writer.Remove(w.Cgroup); err != nil {
 		a.log.Warn("cannot remove workload cgroup", "cgroup", w.Cgroup, "err", err)
 	}
@@ -212,6 +241,11 @@ func (a *Agent) restore() error {
 				a.log.Warn("adopting a workload missing from the checkpoint", "cgroup", p, "pids", pids)
 			}
 			a.workloads[w.Name] = &workload{Workload: w, pids: pids}
+			if w.Tier == qos.Reclaimed && len(w.GPUs) > 0 {
+				if err := a.gpus.tracker.Adopt(w.Name, w.ReclaimPriority, w.GPUs); err != nil {
+					a.log.Warn("cannot restore lent GPUs", "workload", w.Name, "err", err)
+				}
+			}
 		}
 	}
 	a.saveLocked()

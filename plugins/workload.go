@@ -22,7 +22,10 @@ type Workload struct {
 	// MemoryLimit caps its memory (0: no limit of its own).
 	MemoryLimit     int64
 	ReclaimPriority int32
-	Started         time.Time
+	// GPUs are the UUIDs of the GPUs it may use: lent ones (reclaimed) or its own
+	// (dedicated).
+	GPUs    []string
+	Started time.Time
 
 	// Usage, filled from the latest sample, for eviction ranking and status.
 	MemoryUsage int64

@@ -17,6 +17,8 @@ type Metrics struct {
 	lentCPU      *prometheus.GaugeVec
 	lendableCPU  prometheus.Gauge
 	lendableMem  prometheus.Gauge
+	lendableGPUs prometheus.Gauge
+	gpuLendable  *prometheus.GaugeVec
 	workloads    *prometheus.GaugeVec
 	actions      *prometheus.CounterVec
 	evictions    *prometheus.CounterVec
@@ -43,6 +45,12 @@ func NewMetrics(writes WriteCounter) *Metrics {
 		lendableMem: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tidal_lendable_memory_bytes", Help: "Memory the node lends to reclaimed work (0 when the agent cannot vouch for it).",
 		}),
+		lendableGPUs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidal_lendable_gpus", Help: "Whole GPUs the node lends to reclaimed work (tidalqos.io/reclaimed-gpu).",
+		}),
+		gpuLendable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_gpu_lendable", Help: "1 when a GPU is lendable, else 0.",
+		}, []string{"uuid", "index", "numa_node"}),
 		workloads: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tidal_workloads", Help: "Managed workloads by tier.",
 		}, []string{"tier"}),
@@ -60,7 +68,7 @@ func NewMetrics(writes WriteCounter) *Metrics {
 			Name: "tidal_metrics_fresh", Help: "1 when the agent's node metrics are fresh, else 0 (lending at its minimum).",
 		}),
 	}
-	m.registry.MustRegister(m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.workloads, m.actions,
+	m.registry.MustRegister(m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
 		m.evictions, m.loopDuration, m.metricsFresh,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		writeCollector{writes})
@@ -82,9 +90,21 @@ func (m *Metrics) SetPool(node int, sizes map[string]int, lentMilli int64) {
 }
 
 // SetLendable records what the node lends.
-func (m *Metrics) SetLendable(milliCPU, memoryBytes int64) {
-	m.lendableCPU.Set(float64(milliCPU))
-	m.lendableMem.Set(float64(memoryBytes))
+func (m *Metrics) SetLendable(l Lendable) {
+	m.lendableCPU.Set(float64(l.MilliCPU))
+	m.lendableMem.Set(float64(l.MemoryBytes))
+	m.lendableGPUs.Set(float64(l.GPUs))
+}
+
+// SetGPUs records each GPU's lending state.
+func (m *Metrics) SetGPUs(gpus []GPU) {
+	for _, g := range gpus {
+		v := 0.0
+		if g.Lendable {
+			v = 1
+		}
+		m.gpuLendable.WithLabelValues(g.UUID, strconv.Itoa(g.Index), strconv.Itoa(g.NUMANode)).Set(v)
+	}
 }
 
 // SetWorkloads records the number of workloads per tier.

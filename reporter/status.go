@@ -29,6 +29,7 @@ type Status struct {
 	Pools       []Pool     `json:"pools"`
 	Lendable    Lendable   `json:"lendable"`
 	Workloads   []Workload `json:"workloads"`
+	GPUs        []GPU      `json:"gpus"`
 	Actions     []Action   `json:"actions"`
 	CgroupError string     `json:"cgroupError,omitempty"`
 }
@@ -50,6 +51,17 @@ type Pool struct {
 type Lendable struct {
 	MilliCPU    int64 `json:"milliCPU"`
 	MemoryBytes int64 `json:"memoryBytes"`
+	GPUs        int   `json:"gpus"`
+}
+
+// GPU is one device's lending state.
+type GPU struct {
+	UUID       string `json:"uuid"`
+	Index      int    `json:"index"`
+	NUMANode   int    `json:"numaNode"`
+	Lendable   bool   `json:"lendable"`
+	Reason     string `json:"reason"`
+	AssignedTo string `json:"assignedTo,omitempty"`
 }
 
 // Workload is one managed workload.
@@ -64,6 +76,10 @@ type Workload struct {
 	MemoryBytes     int64     `json:"memoryUsageBytes"`
 	Started         time.Time `json:"started"`
 	State           string    `json:"state"` // running, evicting
+	// GPUs are the device UUIDs the workload may see; Env what its command must get
+	// (NVIDIA_VISIBLE_DEVICES) so it sees no others.
+	GPUs []string          `json:"gpus,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
 }
 
 // Action is a decision the agent took.
@@ -83,7 +99,7 @@ func WriteText(w io.Writer, s Status) error {
 	if s.CgroupError != "" {
 		fmt.Fprintf(tw, "cgroup writes failing: %s\n", s.CgroupError)
 	}
-	fmt.Fprintf(tw, "lendable: %dm CPU, %s memory\n\n", s.Lendable.MilliCPU, human(s.Lendable.MemoryBytes))
+	fmt.Fprintf(tw, "lendable: %dm CPU, %s memory, %d GPUs\n\n", s.Lendable.MilliCPU, human(s.Lendable.MemoryBytes), s.Lendable.GPUs)
 	fmt.Fprintln(tw, "NUMA\tSYSTEM\tDEDICATED\tSHARED\tRECLAIMED\tLENT\tONLINE USE")
 	for _, p := range s.Pools {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%dm\t%dm\n", p.NUMANode, dash(p.System), dash(p.Dedicated), dash(p.Shared), dash(p.Reclaimed), p.LentMilliCPU, p.OnlineMilliCPU)
@@ -98,6 +114,13 @@ func WriteText(w io.Writer, s Status) error {
 			pids = append(pids, fmt.Sprint(p))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dm\t%s\t%s\n", wl.Name, wl.Tier, wl.State, dash(strings.Join(pids, ",")), wl.MilliCPU, human(wl.MemoryBytes), wl.Cgroup)
+	}
+	if len(s.GPUs) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "GPU\tNUMA\tLENDABLE\tLENT TO\tWHY")
+		for _, g := range s.GPUs {
+			fmt.Fprintf(tw, "%d %s\t%d\t%v\t%s\t%s\n", g.Index, g.UUID, g.NUMANode, g.Lendable, dash(g.AssignedTo), g.Reason)
+		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "TIME\tACTION\tREASON")

@@ -30,6 +30,7 @@ func runRun(args []string) error {
 	cpus := fs.Int("cpus", 0, "dedicated: whole CPUs of its own; shared/reclaimed: a CPU cap")
 	numa := fs.Bool("numa-binding", false, "dedicated: all CPUs and memory on one NUMA node")
 	memory := fs.String("memory", "", "memory limit, e.g. 512Mi or 2Gi")
+	gpus := fs.Int("gpus", 0, "reclaimed: GPUs lent to it; dedicated: GPUs of its own (the command sees only these)")
 	socket := fs.String("socket", config.Default().SocketPath, "the agent's API socket")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: tidal run --tier TIER [flags] -- CMD [ARGS...]")
@@ -80,18 +81,21 @@ func runRun(args []string) error {
 	goR.Close()
 
 	req := agent.AdmitRequest{Name: *name, Tier: *tier, CPUs: *cpus, NUMABinding: *numa, MemoryBytes: memBytes,
-		PID: child.Process.Pid, Command: cmdArgs}
+		GPUs: *gpus, PID: child.Process.Pid, Command: cmdArgs}
 	if isSet(fs, "reclaim-priority") {
 		p := int32(*priority)
 		req.ReclaimPriority = &p
 	}
 	client := agent.NewClient(*socket)
-	if _, err := client.Admit(req); err != nil {
+	admitted, err := client.Admit(req)
+	if err != nil {
 		goW.Close() // the child sees EOF and exits without running the command
 		_ = child.Wait()
 		return err
 	}
-	if _, err := goW.Write([]byte{'g'}); err != nil {
+	// The go-ahead carries the environment the agent wants the command to have (the GPUs it
+	// may see).
+	if err := json.NewEncoder(goW).Encode(gate{Env: admitted.Env}); err != nil {
 		return err
 	}
 	goW.Close()
@@ -139,22 +143,31 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
+// gate is the go-ahead `tidal run` sends its child once the agent admitted it.
+type gate struct {
+	Env map[string]string `json:"env,omitempty"`
+}
+
 // runChild waits for the go-ahead on fd 3, then becomes the command.
 func runChild(args []string) error {
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
-	gate := os.NewFile(3, "gate")
-	b := make([]byte, 1)
-	if n, _ := gate.Read(b); n != 1 || b[0] != 'g' {
+	f := os.NewFile(3, "gate")
+	var g gate
+	if err := json.NewDecoder(f).Decode(&g); err != nil {
 		return exitError{126} // not admitted: tidal run already said why
 	}
-	gate.Close()
+	f.Close()
 	path, err := exec.LookPath(args[0])
 	if err != nil {
 		return err
 	}
-	return syscall.Exec(path, args, os.Environ())
+	env := os.Environ()
+	for k, v := range g.Env {
+		env = append(env, k+"="+v)
+	}
+	return syscall.Exec(path, args, env)
 }
 
 func defaultName(cmd string) string {
