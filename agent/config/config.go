@@ -71,6 +71,8 @@ type Config struct {
 	Loops    Loops    `yaml:"loops"`
 	Eviction Eviction `yaml:"eviction"`
 	Status   Status   `yaml:"status"`
+	// Arbiter is the central arbiter the node reports to (optional).
+	Arbiter Arbiter `yaml:"arbiter"`
 }
 
 // Cgroup configures the cgroup hierarchy.
@@ -149,6 +151,18 @@ type Eviction struct {
 	CoolDown time.Duration `yaml:"coolDown"`
 }
 
+// Arbiter says where the node reports what it can lend and gets its lease.
+type Arbiter struct {
+	// URL is the arbiter's base URL; "" means no arbiter: the node lends by its own advisor.
+	URL string `yaml:"url"`
+	// TokenFile holds this node's bearer token (required with URL).
+	TokenFile string `yaml:"tokenFile"`
+	// ReportInterval is how often the node reports.
+	ReportInterval time.Duration `yaml:"reportInterval"`
+	// NodeLabels are this node's labels for the arbiter's lending rules, "k=v,k2=v2".
+	NodeLabels string `yaml:"nodeLabels"`
+}
+
 // Status configures what `tidal status` shows.
 type Status struct {
 	// ActionHistory is how many recent actions are kept.
@@ -214,6 +228,9 @@ func Default() Config {
 		},
 		Status: Status{
 			ActionHistory: 100,
+		},
+		Arbiter: Arbiter{
+			ReportInterval: 10 * time.Second,
 		},
 	}
 }

@@ -78,6 +78,11 @@ eviction:
   coolDown: 1m30s
 status:
   actionHistory: 20
+arbiter:
+  url: https://arbiter.example:9480
+  tokenFile: /etc/tidal/token
+  reportInterval: 30s
+  nodeLabels: pool=batch,zone=a
 `
 
 func fullExampleConfig() Config {
@@ -116,6 +121,7 @@ func fullExampleConfig() Config {
 			PSITrigger:        false,
 		},
 		Eviction: Eviction{GracePeriod: 0, CoolDown: 90 * time.Second},
+		Arbiter:  Arbiter{URL: "https://arbiter.example:9480", TokenFile: "/etc/tidal/token", ReportInterval: 30 * time.Second, NodeLabels: "pool=batch,zone=a"},
 		Status:   Status{ActionHistory: 20},
 	}
 }
@@ -269,7 +275,7 @@ func TestLoadNamesFile(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, memory, loops, eviction, status"
+	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, memory, loops, eviction, status, arbiter"
 	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {
@@ -632,4 +638,26 @@ func hasNaN(c Config) bool {
 	return c.CPU.SafetyMarginRatio != c.CPU.SafetyMarginRatio ||
 		c.CPU.SpikeThreshold != c.CPU.SpikeThreshold ||
 		c.Memory.EvictPressureAbove != c.Memory.EvictPressureAbove
+}
+
+func TestArbiterKeys(t *testing.T) {
+	for in, want := range map[string]string{
+		"arbiter:\n  url: http://a:9480\n":                     "arbiter.tokenFile",
+		"arbiter:\n  url: ftp://a\n  tokenFile: /t\n":          "arbiter.url",
+		"arbiter:\n  nodeLabels: pool\n":                       "arbiter.nodeLabels",
+		"arbiter:\n  reportInterval: 10m\n":                    "arbiter.reportInterval",
+		"arbiter:\n  url: http://a:9480\n  tokenFile: rel/t\n": "arbiter.tokenFile",
+	} {
+		_, err := Parse("tidal.yaml", []byte(in))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want an error naming %s", in, err, want)
+		}
+	}
+	c, err := Parse("tidal.yaml", []byte("arbiter:\n  url: http://127.0.0.1:9480\n  tokenFile: /etc/tidal/token\n  nodeLabels: a=1, b=2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := ParseLabels(c.Arbiter.NodeLabels); err != nil || l["a"] != "1" || l["b"] != "2" {
+		t.Errorf("labels = %v, %v", l, err)
+	}
 }

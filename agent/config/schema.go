@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
@@ -227,6 +228,58 @@ var schema = []*entry{
 		leaf("actionHistory", kindInt, func(c *Config) *int { return &c.Status.ActionHistory },
 			"an integer >= 1", atLeast(1)),
 	),
+	section("arbiter",
+		leaf("url", kindString, func(c *Config) *string { return &c.Arbiter.URL },
+			`"" (no arbiter) or an http(s) URL such as "http://127.0.0.1:9480"`, httpURL),
+		leaf("tokenFile", kindString, func(c *Config) *string { return &c.Arbiter.TokenFile },
+			`an absolute path, required when arbiter.url is set`, nil).
+			cross(func(c *Config) bool {
+				if c.Arbiter.URL == "" {
+					return c.Arbiter.TokenFile == "" || absPath(c.Arbiter.TokenFile)
+				}
+				return absPath(c.Arbiter.TokenFile)
+			}, func(c *Config) string {
+				return "an absolute path, required when arbiter.url is set"
+			}, "arbiter.url"),
+		leaf("reportInterval", kindDuration, func(c *Config) *time.Duration { return &c.Arbiter.ReportInterval },
+			`a duration in [1s, 5m], such as "10s"`, func(d time.Duration) bool {
+				return d >= time.Second && d <= 5*time.Minute
+			}),
+		leaf("nodeLabels", kindString, func(c *Config) *string { return &c.Arbiter.NodeLabels },
+			`"" or comma-separated key=value labels, such as "pool=batch,zone=a"`, func(s string) bool {
+				_, err := ParseLabels(s)
+				return err == nil
+			}),
+	),
+}
+
+// httpURL accepts "" or an absolute http or https URL with a host.
+func httpURL(s string) bool {
+	if s == "" {
+		return true
+	}
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// ParseLabels reads "k=v,k2=v2" into a map; keys are non-empty and unique.
+func ParseLabels(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(part, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("label %q: want key=value", part)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("label %q given twice", k)
+		}
+		out[k] = strings.TrimSpace(v)
+	}
+	return out, nil
 }
 
 // wantFor says what e allows given c.
