@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/cpuset"
+
 	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/plugins"
@@ -51,12 +53,15 @@ type Agent struct {
 	idle    bool
 	procDir string
 	gpus    *gpus
+	lease   *leasing // nil without an arbiter
 
 	mu        sync.Mutex
 	advisor   *advisor.Advisor
 	workloads map[string]*workload
 	pools     cpu.Pools
 	online    map[int]int64 // latest online usage of each node's shared pool
+	memTotal  int64         // node memory, from the latest sample
+	memOnline int64         // memory used by all but reclaimed work, from the latest sample
 	actions   []reporter.Action
 	sampler   sampler
 	fast      fastWindow
@@ -102,6 +107,9 @@ func New(cfg config.Config, log *slog.Logger) (*Agent, error) {
 		workloads: map[string]*workload{},
 		online:    map[int]int64{},
 	}
+	if a.lease, err = newLeasing(cfg); err != nil {
+		return nil, err
+	}
 	if a.gpus, err = newGPUs(sysgpu.Open(log)); err != nil {
 		return nil, err
 	}
@@ -115,7 +123,7 @@ func New(cfg config.Config, log *slog.Logger) (*Agent, error) {
 	if err := a.restore(); err != nil {
 		return nil, err
 	}
-	a.advisor.Init(cpu.ComputePools(a.topo, cfg.CPU.ReservedSystemCPUs, cpusetOf(a.dedicatedCPUsLocked()), nil).PoolMilliCPU())
+	a.advisor.Init(cpu.ComputePools(a.topo, cfg.CPU.ReservedSystemCPUs, a.dedicatedCPUsLocked(), nil).PoolMilliCPU())
 	if err := a.applyLocked(); err != nil {
 		// Start anyway: the slow loop retries, and lending stays at zero until writes work.
 		log.Error("initial cgroup settings failed; lending nothing until they succeed", "err", err)
@@ -178,6 +186,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); a.slowLoop(ctx) }()
 	go func() { defer wg.Done(); a.fastLoop(ctx) }()
+	if a.lease != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.reportLoop(ctx) }()
+	}
 	if a.cfg.Loops.PSITrigger {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.watchPressure(ctx) }()
@@ -240,10 +252,11 @@ func (a *Agent) pluginWorkloads() []plugins.Workload {
 	return out
 }
 
-// dedicatedCPUs are all cores owned by dedicated workloads.
-func (a *Agent) dedicatedCPUsLocked() (all []int) {
+// dedicatedCPUsLocked are all cores owned by dedicated workloads.
+func (a *Agent) dedicatedCPUsLocked() cpuset.CPUSet {
+	all := cpuset.New()
 	for _, w := range a.workloads {
-		all = append(all, w.DedicatedCPUs.List()...)
+		all = all.Union(w.DedicatedCPUs)
 	}
 	return all
 }
@@ -251,8 +264,8 @@ func (a *Agent) dedicatedCPUsLocked() (all []int) {
 // applyLocked recomputes the pools from the plan and writes the cgroup tree. When writes fail,
 // lending drops to its minimum and the published capacity to zero until they succeed again.
 func (a *Agent) applyLocked() error {
-	plan := a.advisor.Plan()
-	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, cpusetOf(a.dedicatedCPUsLocked()), plan.ReclaimedMilliCPU)
+	plan := a.leaseCapLocked(a.advisor.Plan(), time.Now())
+	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, a.dedicatedCPUsLocked(), plan.ReclaimedMilliCPU)
 	ws := a.pluginWorkloads()
 	tree := plugins.NewTree(a.cfg.Cgroup.Root, ws)
 	cpu.Fill(tree, a.topo.AllCPUs(), a.pools, max(plan.TotalMilliCPU(), a.cfg.CPU.MinReclaimedMilliCPU), ws, a.idle)
@@ -269,7 +282,7 @@ func (a *Agent) applyLocked() error {
 
 // publishLocked updates the metrics from the current state.
 func (a *Agent) publishLocked() {
-	plan := a.advisor.Plan()
+	plan := a.leaseCapLocked(a.advisor.Plan(), time.Now())
 	for _, np := range a.pools {
 		a.metrics.SetPool(np.Node, map[string]int{
 			string(qos.System): np.System.Size(), string(qos.Dedicated): np.Dedicated.Size(),
@@ -295,7 +308,7 @@ func (a *Agent) lendableLocked() reporter.Lendable {
 	if !a.advisor.Primed() || a.applyErr != nil {
 		return reporter.Lendable{}
 	}
-	plan := a.advisor.Plan()
+	plan := a.leaseCapLocked(a.advisor.Plan(), time.Now())
 	return reporter.Lendable{MilliCPU: plan.TotalMilliCPU(), MemoryBytes: plan.ReclaimedMemory, GPUs: a.gpus.tracker.Lendable()}
 }
 

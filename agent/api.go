@@ -119,7 +119,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (a *Agent) Status() reporter.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	plan := a.advisor.Plan()
+	plan := a.leaseCapLocked(a.advisor.Plan(), time.Now())
 	s := reporter.Status{
 		Schema: reporter.StatusSchemaVersion, Node: a.cfg.NodeName, Mode: a.cfg.Mode, Time: time.Now(),
 		CgroupRoot: a.cfg.Cgroup.Root, CgroupVer: a.layout.Version.String(), CPUIdle: a.idle,
@@ -130,6 +130,7 @@ func (a *Agent) Status() reporter.Status {
 	if a.applyErr != nil {
 		s.CgroupError = a.applyErr.Error()
 	}
+	s.Lease = a.leaseStatusLocked(s.Time)
 	for _, np := range a.pools {
 		s.Pools = append(s.Pools, reporter.Pool{
 			NUMANode: np.Node, System: np.System.String(), Dedicated: np.Dedicated.String(),
@@ -153,7 +154,7 @@ func (a *Agent) workloadStatusLocked(w *workload) reporter.Workload {
 		Name: w.Name, Tier: string(w.Tier), Cgroup: w.Cgroup, PIDs: append([]int{}, w.pids...),
 		CPUs: w.DedicatedCPUs.String(), ReclaimPriority: w.ReclaimPriority, MilliCPU: w.cpuMilli,
 		MemoryBytes: w.MemoryUsage, Started: w.Started, State: state,
-		GPUs: w.GPUs, Env: gpuEnv(w.Workload),
+		GPUs: w.GPUs, Env: gpuEnv(w.Workload), Queue: w.Queue,
 	}
 }
 

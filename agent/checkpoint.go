@@ -32,6 +32,7 @@ type checkpointWorkload struct {
 	ReclaimPriority int32     `json:"reclaimPriority"`
 	Started         time.Time `json:"started"`
 	GPUs            []string  `json:"gpus,omitempty"`
+	Queue           string    `json:"queue,omitempty"`
 }
 
 type checkpointFile struct {
@@ -59,7 +60,7 @@ func saveCheckpoint(dir string, ws []plugins.Workload) error {
 		f.Workloads = append(f.Workloads, checkpointWorkload{
 			Name: w.Name, Tier: w.Tier, Cgroup: w.Cgroup, DedicatedCPUs: w.DedicatedCPUs.String(),
 			NUMABinding: w.NUMABinding, MilliCPU: w.MilliCPU, MemoryLimit: w.MemoryLimit,
-			ReclaimPriority: w.ReclaimPriority, Started: w.Started, GPUs: w.GPUs,
+			ReclaimPriority: w.ReclaimPriority, Started: w.Started, GPUs: w.GPUs, Queue: w.Queue,
 		})
 	}
 	sum, err := checksum(f.Workloads)
@@ -115,7 +116,7 @@ func loadCheckpoint(dir string) ([]plugins.Workload, error) {
 		out = append(out, plugins.Workload{
 			Name: c.Name, Tier: c.Tier, Cgroup: c.Cgroup, DedicatedCPUs: cpus, NUMABinding: c.NUMABinding,
 			MilliCPU: c.MilliCPU, MemoryLimit: c.MemoryLimit, ReclaimPriority: c.ReclaimPriority, Started: c.Started,
-			GPUs: c.GPUs,
+			GPUs: c.GPUs, Queue: c.Queue,
 		})
 	}
 	return out, nil

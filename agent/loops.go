@@ -77,6 +77,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 		a.maybeEvictLocked(ctx, s)
 	}
 	a.observeGPUsLocked(start)
+	a.enforceLeaseLocked(ctx, start)
 	a.collectExitedLocked()
 	a.passes++
 	if a.passes%forgetEvery == 0 {
@@ -110,6 +111,8 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 		return s, false, err
 	}
 	s.reclaimedMemory = reclaimedMem
+	a.memTotal = s.memory.TotalBytes
+	a.memOnline = max(s.memory.TotalBytes-s.memory.AvailableBytes-reclaimedMem, 0)
 	prev := a.sampler
 	a.sampler = sampler{at: now, cpu: cpus, reclaimed: reclaimedCPU, lastOK: now}
 	elapsed := now.Sub(prev.at)

@@ -34,6 +34,7 @@ type AdmitRequest struct {
 	NUMABinding     bool     `json:"numaBinding,omitempty"`
 	MemoryBytes     int64    `json:"memoryBytes,omitempty"`
 	GPUs            int      `json:"gpus,omitempty"`
+	Queue           string   `json:"queue,omitempty"`
 	PID             int      `json:"pid"`
 	Command         []string `json:"command,omitempty"`
 }
@@ -76,6 +77,9 @@ func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) 
 	if req.NUMABinding && tier != qos.Dedicated {
 		return reporter.Workload{}, refuse(400, "--numa-binding applies to the dedicated tier only, not %s", tier)
 	}
+	if req.Queue != "" && (tier != qos.Reclaimed || !validName.MatchString(req.Queue)) {
+		return reporter.Workload{}, refuse(400, "queue %q: only reclaimed work runs for a queue, named like a workload", req.Queue)
+	}
 	if req.GPUs > 0 && tier != qos.Dedicated && tier != qos.Reclaimed {
 		return reporter.Workload{}, refuse(400, "--gpus applies to dedicated (own GPUs) and reclaimed (lent GPUs) work, not %s", tier)
 	}
@@ -99,12 +103,12 @@ func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) 
 	}
 	w := &workload{Workload: plugins.Workload{
 		Name: req.Name, Tier: d.Tier, Cgroup: plugins.WorkloadPath(a.cfg.Cgroup.Root, d.Tier, req.Name),
-		NUMABinding: d.NUMABinding, MemoryLimit: req.MemoryBytes, ReclaimPriority: d.ReclaimPriority,
+		NUMABinding: d.NUMABinding, MemoryLimit: req.MemoryBytes, ReclaimPriority: d.ReclaimPriority, Queue: req.Queue,
 		Started: time.Now(), DedicatedCPUs: cpuset.New(),
 	}}
 	switch d.Tier {
 	case qos.Dedicated:
-		taken := cpusetOf(a.dedicatedCPUsLocked())
+		taken := a.dedicatedCPUsLocked()
 		if req.GPUs > 0 {
 			node, uuids, ok := a.gpus.tracker.ForNUMA(req.GPUs)
 			if !ok {
@@ -274,8 +278,6 @@ func parentOf(procDir string, pid int) int {
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
 }
-
-func cpusetOf(ids []int) cpuset.CPUSet { return cpuset.New(ids...) }
 
 // Teardown removes tidal's cgroup tree (workloads, tiers, root) once no process is left in it.
 // The demo and tests call it after stopping the agent; a production agent leaves its tree.

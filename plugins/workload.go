@@ -22,6 +22,9 @@ type Workload struct {
 	// MemoryLimit caps its memory (0: no limit of its own).
 	MemoryLimit     int64
 	ReclaimPriority int32
+	// Queue is the tenant queue reclaimed work runs for ("" the shared low-SLA queue): it
+	// runs while the node's lease grants that queue capacity.
+	Queue string
 	// GPUs are the UUIDs of the GPUs it may use: lent ones (reclaimed) or its own
 	// (dedicated).
 	GPUs    []string

@@ -32,6 +32,30 @@ type Status struct {
 	GPUs        []GPU      `json:"gpus"`
 	Actions     []Action   `json:"actions"`
 	CgroupError string     `json:"cgroupError,omitempty"`
+	// Lease is what the arbiter lets the node lend; absent without an arbiter.
+	Lease *Lease `json:"lease,omitempty"`
+}
+
+// Lease is the node's lease from the arbiter.
+type Lease struct {
+	Arbiter    string    `json:"arbiter"`
+	Generation uint64    `json:"generation"`
+	Received   time.Time `json:"received"`
+	// Expires is on the agent's clock; after it the node lends nothing.
+	Expires   time.Time `json:"expires"`
+	Active    bool      `json:"active"`
+	Grants    []Grant   `json:"grants"`
+	LastError string    `json:"lastError,omitempty"`
+}
+
+// Grant is capacity lent to one queue.
+type Grant struct {
+	Queue       string    `json:"queue"`
+	Rule        string    `json:"rule,omitempty"`
+	MilliCPU    int64     `json:"milliCPU"`
+	MemoryBytes int64     `json:"memoryBytes"`
+	GPUs        []string  `json:"gpus,omitempty"`
+	Until       time.Time `json:"until"`
 }
 
 // Pool is one NUMA node's CPU pools, as Linux CPU lists ("2-3,6").
@@ -76,6 +100,7 @@ type Workload struct {
 	MemoryBytes     int64     `json:"memoryUsageBytes"`
 	Started         time.Time `json:"started"`
 	State           string    `json:"state"` // running, evicting
+	Queue           string    `json:"queue,omitempty"`
 	// GPUs are the device UUIDs the workload may see; Env what its command must get
 	// (NVIDIA_VISIBLE_DEVICES) so it sees no others.
 	GPUs []string          `json:"gpus,omitempty"`
@@ -85,7 +110,7 @@ type Workload struct {
 // Action is a decision the agent took.
 type Action struct {
 	Time   time.Time `json:"time"`
-	Kind   string    `json:"kind"` // grow, shrink, throttle, evict, admit, release, reset
+	Kind   string    `json:"kind"` // grow, shrink, throttle, evict, admit, release, lease
 	Reason string    `json:"reason"`
 }
 
@@ -99,7 +124,21 @@ func WriteText(w io.Writer, s Status) error {
 	if s.CgroupError != "" {
 		fmt.Fprintf(tw, "cgroup writes failing: %s\n", s.CgroupError)
 	}
-	fmt.Fprintf(tw, "lendable: %dm CPU, %s memory, %d GPUs\n\n", s.Lendable.MilliCPU, human(s.Lendable.MemoryBytes), s.Lendable.GPUs)
+	fmt.Fprintf(tw, "lendable: %dm CPU, %s memory, %d GPUs\n", s.Lendable.MilliCPU, human(s.Lendable.MemoryBytes), s.Lendable.GPUs)
+	if l := s.Lease; l != nil {
+		state := "active until " + l.Expires.Format(time.RFC3339)
+		if !l.Active {
+			state = "none active: lending nothing"
+		}
+		fmt.Fprintf(tw, "lease from %s: generation %d, %s\n", l.Arbiter, l.Generation, state)
+		for _, g := range l.Grants {
+			fmt.Fprintf(tw, "  queue %s: %dm CPU, %s memory, %d GPUs until %s (rule %s)\n", g.Queue, g.MilliCPU, human(g.MemoryBytes), len(g.GPUs), g.Until.Format(time.RFC3339), dash(g.Rule))
+		}
+		if l.LastError != "" {
+			fmt.Fprintf(tw, "  last report failed: %s\n", l.LastError)
+		}
+	}
+	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "NUMA\tSYSTEM\tDEDICATED\tSHARED\tRECLAIMED\tLENT\tONLINE USE")
 	for _, p := range s.Pools {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%dm\t%dm\n", p.NUMANode, dash(p.System), dash(p.Dedicated), dash(p.Shared), dash(p.Reclaimed), p.LentMilliCPU, p.OnlineMilliCPU)

@@ -27,6 +27,7 @@ Usage:
   tidal agent [--config FILE]          run the node daemon
   tidal run --tier TIER [flags] -- CMD  run CMD as a workload managed by the agent
   tidal status [--json]                 what the agent is doing and why
+  tidal arbiter [--config FILE]         the central arbiter: node reports, queues, leases
   tidal demo [--duration 75s]           a live colocation demo on this host (root)
   tidal version
 
@@ -55,6 +56,8 @@ func main() {
 		err = runRun(args)
 	case "status":
 		err = runStatus(args, os.Stdout)
+	case "arbiter":
+		err = runArbiter(ctx, args)
 	case "demo":
 		err = runDemo(ctx, args)
 	case "version", "--version":

@@ -30,6 +30,7 @@ func runRun(args []string) error {
 	cpus := fs.Int("cpus", 0, "dedicated: whole CPUs of its own; shared/reclaimed: a CPU cap")
 	numa := fs.Bool("numa-binding", false, "dedicated: all CPUs and memory on one NUMA node")
 	memory := fs.String("memory", "", "memory limit, e.g. 512Mi or 2Gi")
+	queue := fs.String("queue", "", "reclaimed: the tenant queue it runs for (it runs while the node's lease grants that queue)")
 	gpus := fs.Int("gpus", 0, "reclaimed: GPUs lent to it; dedicated: GPUs of its own (the command sees only these)")
 	socket := fs.String("socket", config.Default().SocketPath, "the agent's API socket")
 	fs.Usage = func() {
@@ -81,7 +82,7 @@ func runRun(args []string) error {
 	goR.Close()
 
 	req := agent.AdmitRequest{Name: *name, Tier: *tier, CPUs: *cpus, NUMABinding: *numa, MemoryBytes: memBytes,
-		GPUs: *gpus, PID: child.Process.Pid, Command: cmdArgs}
+		GPUs: *gpus, Queue: *queue, PID: child.Process.Pid, Command: cmdArgs}
 	if isSet(fs, "reclaim-priority") {
 		p := int32(*priority)
 		req.ReclaimPriority = &p

@@ -110,6 +110,19 @@ func (a *Advisor) Plan() Plan {
 	return p
 }
 
+// Demand is the predicted online CPU demand per NUMA node (peak over the window plus
+// margins), in millicores.
+func (a *Advisor) Demand() map[int]int64 {
+	out := make(map[int]int64, len(a.cpu))
+	for node, h := range a.cpu {
+		out[node] = a.predict(peakOf(h))
+	}
+	return out
+}
+
+// MemoryDemand is the predicted online memory demand (peak plus margin), in bytes.
+func (a *Advisor) MemoryDemand() int64 { return peakOf(a.mem) + a.cfg.SafetyMarginBytes }
+
 // Primed says whether the plan rests on fresh metrics (false after New or Reset).
 func (a *Advisor) Primed() bool { return a.primed }
 
@@ -196,8 +209,12 @@ func approach(cur, target, step int64) (next int64, kind string) {
 // cpuTarget is what a node can lend given an online demand: its pool less the demand with
 // margins, never under the minimum.
 func (a *Advisor) cpuTarget(node int, demand int64) int64 {
-	predicted := int64(float64(demand)*(1+a.cfg.SafetyMarginRatio)) + a.cfg.SafetyMarginMilliCPU
-	return min(max(a.pool[node]-predicted, a.minCPU(node)), a.pool[node])
+	return min(max(a.pool[node]-a.predict(demand), a.minCPU(node)), a.pool[node])
+}
+
+// predict adds the safety margins to an observed online demand.
+func (a *Advisor) predict(demand int64) int64 {
+	return int64(float64(demand)*(1+a.cfg.SafetyMarginRatio)) + a.cfg.SafetyMarginMilliCPU
 }
 
 // Spike is the fast path: online work on a NUMA node just used onlineMilli. When that crosses

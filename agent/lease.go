@@ -1,0 +1,295 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/arbiter"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/plugins/eviction"
+	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/reporter"
+	"github.com/tidalqos/tidal/sysadvisor/advisor"
+)
+
+// leasing is the agent's side of the arbiter: it reports what the node can lend and holds
+// the lease it gets back. With an arbiter configured the node lends only what an active
+// lease grants: nothing before the first lease, and nothing once the lease has expired
+// (the arbiter unreachable), the safe default.
+type leasing struct {
+	client *arbiter.Client
+	labels map[string]string
+	lease  arbiter.Lease
+	// expires is the lease's end on the agent's own clock (received + the lease's TTL), so a
+	// skew between the two clocks does not stretch it.
+	expires  time.Time
+	received time.Time
+	lastErr  error
+	// ungranted remembers since when each queue of running reclaimed work has had no grant.
+	ungranted map[string]time.Time
+}
+
+func newLeasing(cfg config.Config) (*leasing, error) {
+	if cfg.Arbiter.URL == "" {
+		return nil, nil
+	}
+	token, err := os.ReadFile(cfg.Arbiter.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("arbiter.tokenFile: %w", err)
+	}
+	labels, err := config.ParseLabels(cfg.Arbiter.NodeLabels)
+	if err != nil {
+		return nil, fmt.Errorf("arbiter.nodeLabels: %w", err)
+	}
+	return &leasing{
+		client:    &arbiter.Client{URL: cfg.Arbiter.URL, Token: strings.TrimSpace(string(token)), NodeName: cfg.NodeName},
+		labels:    labels,
+		ungranted: map[string]time.Time{},
+	}, nil
+}
+
+// active returns the grants in effect now, by the agent's clock.
+func (l *leasing) active(now time.Time) []arbiter.Grant {
+	if !now.Before(l.expires) {
+		return nil
+	}
+	var out []arbiter.Grant
+	for _, g := range l.lease.Grants {
+		// Until is on the arbiter's clock: shift it by the same offset as the expiry.
+		if now.Before(g.Until.Add(l.expires.Sub(l.lease.Expires))) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// granted sums the active grants.
+func (l *leasing) granted(now time.Time) arbiter.Resources {
+	var sum arbiter.Resources
+	for _, g := range l.active(now) {
+		sum = sum.Add(g.Resources())
+	}
+	return sum
+}
+
+// reportLoop reports every interval (and once at start) until ctx is done.
+func (a *Agent) reportLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.Arbiter.ReportInterval)
+	defer t.Stop()
+	for {
+		a.reportOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// reportOnce sends one report and applies the lease that comes back. The network call runs
+// without the agent's lock.
+func (a *Agent) reportOnce(ctx context.Context) {
+	a.mu.Lock()
+	r := a.reportLocked(time.Now())
+	client := a.lease.client
+	a.mu.Unlock()
+
+	lease, err := client.Report(ctx, r)
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil {
+		if a.lease.lastErr == nil {
+			a.log.Warn("cannot report to the arbiter; lending only until the lease expires", "err", err, "expires", a.lease.expires)
+		}
+		a.lease.lastErr = err
+		_ = a.applyLocked()
+		a.publishLocked()
+		return
+	}
+	if lease.Generation != a.lease.lease.Generation {
+		a.actionLocked("lease", "arbiter", describeLease(lease))
+	}
+	a.lease.lease, a.lease.received, a.lease.lastErr = lease, now, nil
+	a.lease.expires = now.Add(lease.Expires.Sub(lease.Issued))
+	a.gpus.tracker.SetLeased(now, leasedGPUs(a.lease.active(now)))
+	_ = a.applyLocked()
+	a.publishLocked()
+}
+
+// reportLocked describes the node for the arbiter: capacity, online use and prediction, what
+// it could lend by its own advisor (the arbiter caps it), per NUMA node.
+func (a *Agent) reportLocked(now time.Time) arbiter.Report {
+	plan := a.advisor.Plan()
+	demand := a.advisor.Demand()
+	var lendableGPUs []string
+	for _, g := range a.gpuStatusLocked() {
+		if g.Lendable {
+			lendableGPUs = append(lendableGPUs, g.UUID)
+		}
+	}
+	sort.Strings(lendableGPUs)
+	r := arbiter.Report{
+		Node: a.cfg.NodeName, Labels: a.lease.labels, Time: now,
+		Capacity: arbiter.Resources{MilliCPU: int64(a.topo.AllCPUs().Size()) * 1000, MemoryBytes: a.memTotal, GPUs: len(a.gpus.tracker.States())},
+		Lendable: arbiter.Lendable{GPUs: len(lendableGPUs), GPUUUIDs: lendableGPUs},
+	}
+	if r.Lendable.GPUUUIDs == nil {
+		r.Lendable.GPUUUIDs = []string{}
+	}
+	if a.advisor.Primed() && a.applyErr == nil {
+		r.Lendable.MilliCPU = plan.TotalMilliCPU()
+		r.Lendable.MemoryBytes = min(plan.ReclaimedMemory, a.memTotal)
+	}
+	var pool, used int64
+	for _, np := range a.pools {
+		nodePool := int64(np.Shared.Size()) * 1000
+		n := arbiter.NUMANode{ID: np.Node,
+			Capacity: arbiter.Resources{MilliCPU: int64(a.topo.CPUsOfNUMA(np.Node).Size()) * 1000},
+			Online: arbiter.Online{
+				Used:        arbiter.Usage{MilliCPU: min(a.online[np.Node], nodePool)},
+				Predicted:   arbiter.Usage{MilliCPU: min(demand[np.Node], nodePool)},
+				Utilization: ratio(a.online[np.Node], nodePool),
+			},
+			Lendable: arbiter.Lendable{GPUUUIDs: []string{}},
+		}
+		if r.Lendable.MilliCPU > 0 {
+			n.Lendable.MilliCPU = plan.ReclaimedMilliCPU[np.Node]
+		}
+		pool += nodePool
+		used += n.Online.Used.MilliCPU
+		r.Online.Predicted.MilliCPU += n.Online.Predicted.MilliCPU
+		r.NUMA = append(r.NUMA, n)
+	}
+	r.Online.Used = arbiter.Usage{MilliCPU: used, MemoryBytes: min(a.memOnline, a.memTotal)}
+	r.Online.Predicted.MemoryBytes = min(a.advisor.MemoryDemand(), a.memTotal)
+	r.Online.Utilization = ratio(used, pool)
+	return r
+}
+
+func ratio(a, b int64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return min(float64(a)/float64(b), 1)
+}
+
+// leaseCapLocked caps a plan at what the active lease grants: with an arbiter, the node lends
+// only what it was granted (the minimum keeps reclaimed processes schedulable; lendable
+// capacity reports the cap itself).
+func (a *Agent) leaseCapLocked(plan advisor.Plan, now time.Time) advisor.Plan {
+	if a.lease == nil {
+		return plan
+	}
+	g := a.lease.granted(now)
+	total := plan.TotalMilliCPU()
+	if total > g.MilliCPU {
+		// Scale every NUMA node down alike.
+		for node, v := range plan.ReclaimedMilliCPU {
+			if total > 0 {
+				plan.ReclaimedMilliCPU[node] = v * g.MilliCPU / total
+			}
+		}
+	}
+	plan.ReclaimedMemory = min(plan.ReclaimedMemory, g.MemoryBytes)
+	return plan
+}
+
+// enforceLeaseLocked takes back what the lease no longer grants: reclaimed work of a queue
+// without an active grant is evicted after the grace period, lowest priority first, one at a
+// time. Work of no queue (the shared low-SLA queue) is only throttled by the cap.
+func (a *Agent) enforceLeaseLocked(ctx context.Context, now time.Time) {
+	if a.lease == nil {
+		return
+	}
+	grantedQueues := map[string]bool{}
+	for _, g := range a.lease.active(now) {
+		grantedQueues[g.Queue] = true
+	}
+	var victims []*workload
+	for _, w := range a.workloads {
+		if w.Tier != qos.Reclaimed || w.Queue == "" || grantedQueues[w.Queue] || w.evicting {
+			delete(a.lease.ungranted, w.Queue)
+			continue
+		}
+		since, ok := a.lease.ungranted[w.Queue]
+		if !ok {
+			a.lease.ungranted[w.Queue] = now
+			a.actionLocked("throttle", "lease-ended", fmt.Sprintf("queue %s has no grant (lease %s); its work is evicted after %s", w.Queue, leaseState(a.lease, now), a.cfg.Eviction.GracePeriod))
+			continue
+		}
+		if now.Sub(since) >= a.cfg.Eviction.GracePeriod {
+			victims = append(victims, w)
+		}
+	}
+	if len(victims) == 0 || time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown {
+		return
+	}
+	for _, w := range a.workloads {
+		if w.evicting {
+			return // one at a time
+		}
+	}
+	byName := map[string]*workload{}
+	var ranked []plugins.Workload
+	for _, w := range victims {
+		byName[w.Name] = w
+		ranked = append(ranked, w.Workload)
+	}
+	first := eviction.Rank(ranked)[0]
+	w := byName[first.Name]
+	a.evictLocked(ctx, w, "lease-ended", fmt.Sprintf("%s (queue %s, priority %d): no grant for its queue since %s", w.Name, w.Queue, w.ReclaimPriority, a.lease.ungranted[w.Queue].Format(time.TimeOnly)))
+}
+
+func leaseState(l *leasing, now time.Time) string {
+	switch {
+	case l.received.IsZero():
+		return "none received yet"
+	case !now.Before(l.expires):
+		return "expired at " + l.expires.Format(time.TimeOnly)
+	default:
+		return fmt.Sprintf("generation %d", l.lease.Generation)
+	}
+}
+
+func leasedGPUs(grants []arbiter.Grant) []string {
+	var out []string
+	for _, g := range grants {
+		out = append(out, g.GPUs...)
+	}
+	return out
+}
+
+func describeLease(l arbiter.Lease) string {
+	if len(l.Grants) == 0 {
+		return fmt.Sprintf("generation %d: nothing lent", l.Generation)
+	}
+	var parts []string
+	for _, g := range l.Grants {
+		parts = append(parts, fmt.Sprintf("%s %dm/%s/%d GPUs until %s", g.Queue, g.MilliCPU, humanBytes(g.MemoryBytes), len(g.GPUs), g.Until.Format(time.TimeOnly)))
+	}
+	return fmt.Sprintf("generation %d: %s", l.Generation, strings.Join(parts, ", "))
+}
+
+func humanBytes(n int64) string { return fmt.Sprintf("%dMiB", n>>20) }
+
+// leaseStatusLocked is the lease for `tidal status`.
+func (a *Agent) leaseStatusLocked(now time.Time) *reporter.Lease {
+	if a.lease == nil {
+		return nil
+	}
+	s := &reporter.Lease{Arbiter: a.cfg.Arbiter.URL, Generation: a.lease.lease.Generation, Received: a.lease.received,
+		Expires: a.lease.expires, Active: now.Before(a.lease.expires), Grants: []reporter.Grant{}}
+	if a.lease.lastErr != nil {
+		s.LastError = a.lease.lastErr.Error()
+	}
+	for _, g := range a.lease.active(now) {
+		s.Grants = append(s.Grants, reporter.Grant{Queue: g.Queue, Rule: g.Rule, MilliCPU: g.MilliCPU, MemoryBytes: g.MemoryBytes, GPUs: g.GPUs, Until: g.Until})
+	}
+	return s
+}

@@ -1,0 +1,24 @@
+// Package arbiter is tidal's central arbiter: node agents report what they can lend, the
+// arbiter applies the lending policy and answers each report with the node's lease.
+//
+// Read it in this order:
+//
+//   - report.go, lease.go: what an agent sends (Report) and what it gets back (Lease, Grant).
+//   - wire.go: decoding a report from JSON, naming the field of every problem.
+//   - window.go: daily time windows in a time zone ("22:00-08:00" in Europe/Berlin),
+//     across midnight and DST changes.
+//   - policy.go, yaml.go: the policy file (queues, the shared queue, lending rules), parsed
+//     strictly; every problem is reported with file:line: key.
+//   - decide.go: Decide, the pure function from (policy, clock, report, previous lease) to a lease.
+//   - view.go: the cluster view, pure and clock-injected: nodes, their leases, expiry, and the
+//     per-queue and per-rule aggregates.
+//   - auth.go, store.go, source.go: the parts a Kubernetes deployment swaps out, each behind a
+//     small interface (Authenticator, Store, PolicySource).
+//   - server.go, metrics.go: the HTTP JSON API and its Prometheus metrics.
+//   - client.go: what an agent calls (Client.Report).
+//   - config.go: the `tidal arbiter` process configuration.
+//
+// Nothing here holds global mutable state; every goroutine is started by Server.Run or
+// Server.Serve and stops when their context ends. docs/arbiter.md is the operator's guide and
+// docs/arbiter-openapi.yaml the API reference.
+package arbiter

@@ -1,0 +1,502 @@
+package arbiter
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tidalqos/tidal/agent/config"
+)
+
+// Error is one problem in a file the arbiter reads (the policy, the tokens file, its own
+// config): where it is and what is wrong. Parsers return one Error per problem, joined with
+// errors.Join, one per line, sorted by line — the same style as the agent's config.
+type Error struct {
+	File string // file name as given to the parser
+	Line int    // 1-based; 0 when unknown
+	Key  string // full key path such as "rules[0].window"; "" for the whole file
+	Msg  string // what is wrong and what is allowed
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			b.WriteString(":")
+			b.WriteString(strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// yamlDoc decodes one YAML file by hand, node by node, so that every problem carries its line
+// and key path and all problems are reported together.
+type yamlDoc struct {
+	file string
+	errs []*Error
+}
+
+func (d *yamlDoc) errorf(line int, key, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// err returns nil or every problem, sorted by line (problems without a line last).
+func (d *yamlDoc) err() error {
+	if len(d.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(d.errs, func(a, b *Error) int { return cmp.Compare(lineKey(a), lineKey(b)) })
+	out := make([]error, len(d.errs))
+	for i, e := range d.errs {
+		out[i] = e
+	}
+	return errors.Join(out...)
+}
+
+func lineKey(e *Error) int {
+	if e.Line <= 0 {
+		return math.MaxInt
+	}
+	return e.Line
+}
+
+// field is one key of a YAML mapping: its name, whether it must be there, and how its value is
+// decoded. want says in words what the value may be.
+type field struct {
+	name     string
+	required bool
+	want     string
+	decode   func(v *yaml.Node, key string, line int)
+}
+
+// mapping decodes the mapping n field by field. Unknown and duplicate keys are errors; so are
+// required keys that are missing (reported at line, the line of the mapping's own key).
+func (d *yamlDoc) mapping(n *yaml.Node, prefix string, line int, fields []field) {
+	n = resolve(n)
+	if isNull(n) {
+		n = &yaml.Node{Kind: yaml.MappingNode}
+	}
+	if n.Kind != yaml.MappingNode {
+		d.errorf(line, prefix, "got %s: want a mapping with keys %s", describe(n), fieldList(fields))
+		return
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		name := keyName(k)
+		key := joinKey(prefix, name)
+		var f *field
+		for j := range fields {
+			if k.Kind == yaml.ScalarNode && fields[j].name == name {
+				f = &fields[j]
+				break
+			}
+		}
+		if f == nil {
+			hint := ""
+			if name == "<<" {
+				hint = " (YAML merge keys are not supported)"
+			} else if s := suggest(name, fields); s != "" {
+				hint = fmt.Sprintf(" (did you mean %s?)", s)
+			}
+			d.errorf(k.Line, key, "unknown key%s: want one of %s", hint, fieldList(fields))
+			continue
+		}
+		if first, dup := seen[name]; dup {
+			d.errorf(k.Line, key, "duplicate key: first set at line %d", first)
+			continue
+		}
+		seen[name] = k.Line
+		f.decode(v, key, k.Line)
+	}
+	for _, f := range fields {
+		if _, ok := seen[f.name]; f.required && !ok {
+			d.errorf(line, joinKey(prefix, f.name), "missing: want %s", f.want)
+		}
+	}
+}
+
+// list decodes a sequence, calling each with the item's key ("rules[2]") and line.
+func (d *yamlDoc) list(v *yaml.Node, key string, line int, want string, each func(item *yaml.Node, key string, line int)) {
+	if isNull(v) {
+		return
+	}
+	if v.Kind != yaml.SequenceNode {
+		d.errorf(line, key, "got %s: want %s", describe(v), want)
+		return
+	}
+	for i, item := range v.Content {
+		item = resolve(item)
+		each(item, fmt.Sprintf("%s[%d]", key, i), item.Line)
+	}
+}
+
+// scalar returns v's text, or reports that it is missing or not a scalar.
+func (d *yamlDoc) scalar(v *yaml.Node, key string, line int, want string) (string, bool) {
+	if isNull(v) {
+		d.errorf(line, key, "missing value: want %s", want)
+		return "", false
+	}
+	if v.Kind != yaml.ScalarNode {
+		d.errorf(line, key, "got %s: want %s", describe(v), want)
+		return "", false
+	}
+	return v.Value, true
+}
+
+// str decodes a string checked by ok (nil: any non-empty string).
+func (d *yamlDoc) str(v *yaml.Node, key string, line int, want string, ok func(string) bool) (string, bool) {
+	s, good := d.scalar(v, key, line, want)
+	if !good {
+		return "", false
+	}
+	if ok == nil {
+		ok = func(s string) bool { return s != "" }
+	}
+	if !ok(s) {
+		d.errorf(line, key, "%s is not allowed: want %s", describe(v), want)
+		return "", false
+	}
+	return s, true
+}
+
+// integer decodes an integer in [lo, hi].
+func (d *yamlDoc) integer(v *yaml.Node, key string, line int, want string, lo, hi int64) (int64, bool) {
+	if _, good := d.scalar(v, key, line, want); !good {
+		return 0, false
+	}
+	var n int64
+	if v.ShortTag() != "!!int" || v.Decode(&n) != nil {
+		d.errorf(line, key, "%s is not an integer: want %s", describe(v), want)
+		return 0, false
+	}
+	if n < lo || n > hi {
+		d.errorf(line, key, "%s is out of range: want %s", describe(v), want)
+		return 0, false
+	}
+	return n, true
+}
+
+// number decodes a number checked by ok.
+func (d *yamlDoc) number(v *yaml.Node, key string, line int, want string, ok func(float64) bool) (float64, bool) {
+	if _, good := d.scalar(v, key, line, want); !good {
+		return 0, false
+	}
+	var f float64
+	if tag := v.ShortTag(); (tag != "!!int" && tag != "!!float") || v.Decode(&f) != nil {
+		d.errorf(line, key, "%s is not a number: want %s", describe(v), want)
+		return 0, false
+	}
+	if !ok(f) {
+		d.errorf(line, key, "%s is out of range: want %s", describe(v), want)
+		return 0, false
+	}
+	return f, true
+}
+
+// size decodes bytes: an integer or a string such as "32Gi" (config.ParseSize), at most hi.
+func (d *yamlDoc) size(v *yaml.Node, key string, line int, want string, hi int64) (int64, bool) {
+	s, good := d.scalar(v, key, line, want)
+	if !good {
+		return 0, false
+	}
+	var n int64
+	switch v.ShortTag() {
+	case "!!int":
+		if v.Decode(&n) != nil {
+			d.errorf(line, key, "%s is too large: want %s", describe(v), want)
+			return 0, false
+		}
+	case "!!str":
+		var err error
+		if n, err = config.ParseSize(s); err != nil {
+			d.errorf(line, key, "%s is not a valid size: want %s", describe(v), want)
+			return 0, false
+		}
+	default:
+		d.errorf(line, key, "%s is not a valid size: want %s", describe(v), want)
+		return 0, false
+	}
+	if n < 0 || n > hi {
+		d.errorf(line, key, "%s is out of range: want %s", describe(v), want)
+		return 0, false
+	}
+	return n, true
+}
+
+// duration decodes a Go duration string ("30s") in [lo, hi].
+func (d *yamlDoc) duration(v *yaml.Node, key string, line int, want string, lo, hi time.Duration) (time.Duration, bool) {
+	s, good := d.scalar(v, key, line, want)
+	if !good {
+		return 0, false
+	}
+	dur, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		hint := ""
+		if tag := v.ShortTag(); tag == "!!int" || tag == "!!float" {
+			hint = " (a unit is required)"
+		}
+		d.errorf(line, key, "%s is not a duration%s: want %s", describe(v), hint, want)
+		return 0, false
+	}
+	if dur < lo || dur > hi {
+		d.errorf(line, key, "%s is out of range: want %s", describe(v), want)
+		return 0, false
+	}
+	return dur, true
+}
+
+// stringMap decodes a mapping of strings to strings; check returns "" or what is wrong with
+// one entry.
+func (d *yamlDoc) stringMap(v *yaml.Node, key string, line int, want string, check func(k, val string) string) (map[string]string, bool) {
+	out := map[string]string{}
+	if isNull(v) {
+		return out, true
+	}
+	if v.Kind != yaml.MappingNode {
+		d.errorf(line, key, "got %s: want %s", describe(v), want)
+		return nil, false
+	}
+	ok := true
+	seen := map[string]int{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := resolve(v.Content[i]), resolve(v.Content[i+1])
+		name := keyName(k)
+		ekey := joinKey(key, name)
+		if k.Kind != yaml.ScalarNode || isNull(k) {
+			d.errorf(k.Line, ekey, "got %s as a key: want %s", describe(k), want)
+			ok = false
+			continue
+		}
+		if first, dup := seen[k.Value]; dup {
+			d.errorf(k.Line, ekey, "duplicate key: first set at line %d", first)
+			ok = false
+			continue
+		}
+		seen[k.Value] = k.Line
+		s, good := d.scalar(val, ekey, k.Line, want)
+		if !good {
+			ok = false
+			continue
+		}
+		if isNull(val) {
+			s = ""
+		}
+		if msg := check(k.Value, s); msg != "" {
+			d.errorf(k.Line, ekey, "%s", msg)
+			ok = false
+			continue
+		}
+		out[k.Value] = s
+	}
+	return out, ok
+}
+
+// parseRoot returns the top-level mapping of the single YAML document in data, or nil for an
+// empty document. what names the file's content in messages ("policy").
+func parseRoot(name string, data []byte, what string) (root *yaml.Node, err error) {
+	defer func() {
+		// The YAML library is not supposed to panic; if it does on odd input, say so.
+		if r := recover(); r != nil {
+			root, err = nil, &Error{File: name, Msg: fmt.Sprintf("cannot parse YAML: %v", r)}
+		}
+	}()
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, yamlError(name, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, &Error{File: name, Line: extra.Line, Msg: "more than one YAML document: want a single " + what}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, yamlError(name, err)
+	}
+	root = &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil, nil
+		}
+		root = root.Content[0]
+	}
+	root = resolve(root)
+	if isNull(root) {
+		return nil, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a %s (a mapping)", describe(root), what)}
+	}
+	return root, nil
+}
+
+// yamlError turns a YAML syntax error ("yaml: line 3: did not find expected key") into an
+// Error with file and line. The YAML library counts lines from 1 in scanner errors but from 0
+// in parser errors; this puts both on a 1-based count (as agent/config does).
+func yamlError(name string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, after, ok := strings.Cut(rest, ": "); ok {
+			if v, err := strconv.Atoi(n); err == nil {
+				line, msg = v, after
+			}
+		}
+	}
+	switch {
+	case yamlParserProblems[msg]:
+		line++
+	case line == 0 && isYAMLScannerProblem(msg):
+		line = 1
+	}
+	return &Error{File: name, Line: line, Msg: "invalid YAML: " + msg}
+}
+
+// yamlParserProblems are the messages of the YAML library's parser errors.
+var yamlParserProblems = map[string]bool{
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected <document start>": true,
+	"did not find expected <stream-start>":   true,
+	"did not find expected key":              true,
+	"did not find expected node content":     true,
+	"found duplicate %TAG directive":         true,
+	"found duplicate %YAML directive":        true,
+	"found incompatible YAML document":       true,
+	"found undefined tag handle":             true,
+}
+
+// isYAMLScannerProblem tells the YAML library's scanner errors, which have a position, from
+// its other errors (unknown anchor, bad UTF-8), which may not.
+func isYAMLScannerProblem(msg string) bool {
+	for _, p := range []string{"did not find ", "could not find ", "found ", "block sequence entries are not allowed", "mapping keys are not allowed", "mapping values are not allowed", "exceeded max depth"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func joinKey(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}
+
+// resolve follows aliases to the node they stand for.
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; i < 100 && n.Kind == yaml.AliasNode && n.Alias != nil; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+func keyName(k *yaml.Node) string {
+	if k.Kind == yaml.ScalarNode {
+		return clip(k.Value)
+	}
+	return "<" + describe(k) + ">"
+}
+
+// describe shows a node in a message: a scalar as written (strings quoted), anything else by
+// its kind.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "no value"
+		}
+		if n.ShortTag() == "!!str" {
+			return strconv.Quote(clip(n.Value))
+		}
+		return clip(n.Value)
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "an unexpected node"
+}
+
+// clip shortens s for messages.
+func clip(s string) string {
+	const max = 60
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func fieldList(fields []field) string {
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// suggest returns the known key closest to name (case-insensitive match or edit distance 2 at
+// most), or "".
+func suggest(name string, fields []field) string {
+	best, bestDist := "", 3
+	for _, f := range fields {
+		if strings.EqualFold(f.name, name) {
+			return f.name
+		}
+		if dist := editDistance(strings.ToLower(name), strings.ToLower(f.name)); dist < bestDist {
+			best, bestDist = f.name, dist
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 99
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
