@@ -66,6 +66,7 @@ type demoOptions struct {
 	work          time.Duration
 	burnerThreads int
 	socket        string
+	cgroupRoot    string
 }
 
 func parseDemoFlags(args []string) (demoOptions, error) {
@@ -78,6 +79,7 @@ func parseDemoFlags(args []string) (demoOptions, error) {
 	fs.IntVar(&o.burnerThreads, "burner-threads", 2, "threads of the offline CPU burner")
 	fs.StringVar(&o.socket, "socket", config.Default().SocketPath,
 		"use the agent answering on this socket; without one the demo runs its own, in-process")
+	fs.StringVar(&o.cgroupRoot, "cgroup-root", demoCgroupRoot, "cgroup tree of the in-process agent (removed at the end)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: sudo tidal demo [flags]")
 		fs.PrintDefaults()
@@ -127,11 +129,11 @@ func demo(ctx context.Context, opts demoOptions, out io.Writer) (err error) {
 		s.socket = opts.socket
 		fmt.Fprintf(out, "agent:    using the agent already running on %s\n", opts.socket)
 	} else {
-		if busy := cgroupsInUse(config.Default().Cgroup.MountPoint, demoCgroupRoot); len(busy) > 0 {
+		if busy := cgroupsInUse(config.Default().Cgroup.MountPoint, opts.cgroupRoot); len(busy) > 0 {
 			return fmt.Errorf("another tidal demo seems to be running: processes in %s and %d more cgroups", busy[0], len(busy)-1)
 		}
 		var local *localAgent
-		if local, err = startLocalAgent(); err != nil {
+		if local, err = startLocalAgent(opts.cgroupRoot); err != nil {
 			return fmt.Errorf("starting the in-process agent: %w", err)
 		}
 		defer func() {
@@ -174,7 +176,7 @@ type localAgent struct {
 	done    chan error // Run's result
 }
 
-func startLocalAgent() (l *localAgent, err error) {
+func startLocalAgent(cgroupRoot string) (l *localAgent, err error) {
 	dir, err := os.MkdirTemp("", "tidal-demo-")
 	if err != nil {
 		return nil, err
@@ -186,7 +188,7 @@ func startLocalAgent() (l *localAgent, err error) {
 		}
 	}()
 	l.cfg = config.Default()
-	l.cfg.Cgroup.Root = demoCgroupRoot
+	l.cfg.Cgroup.Root = cgroupRoot
 	l.cfg.StateDir = filepath.Join(dir, "state")
 	l.cfg.SocketPath = filepath.Join(dir, "tidal.sock")
 	l.cfg.MetricsAddress = ""

@@ -1,0 +1,81 @@
+package integration
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidalqos/tidal/isolation/isolationtest"
+)
+
+// tidal run passes the command's exit status through, forwards signals to it, and answers
+// "no agent" clearly when none runs.
+func TestRunExitStatusAndSignals(t *testing.T) {
+	n := newNode(t, "")
+	n.start()
+
+	cmd, _ := n.run("--tier", "shared", "--", "sh", "-c", "exit 7")
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Errorf("exit status: %v, want 7", err)
+	}
+
+	cmd, out := n.run("--tier", "reclaimed", "--name", "trapper", "--", "sh", "-c", "trap 'echo got TERM; exit 42' TERM; echo ready; while :; do sleep 0.1; done")
+	n.waitWorkload("trapper")
+	n.eventually(5*time.Second, "command started", func() error {
+		if !strings.Contains(out.String(), "ready") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 42 || !strings.Contains(out.String(), "got TERM") {
+		t.Errorf("after SIGTERM to tidal run: %v, output %q; want the command to get TERM and exit 42", err, out)
+	}
+	n.eventually(5*time.Second, "workload released", func() error {
+		if _, ok := n.workload("trapper"); ok {
+			return errors.New("still listed")
+		}
+		return nil
+	})
+
+	noAgent := exec.Command(tidalBin, "run", "--socket", filepath.Join(t.TempDir(), "none.sock"), "--tier", "shared", "--", "true")
+	got, err := noAgent.CombinedOutput()
+	if err == nil || !strings.Contains(string(got), "no tidal agent is running") {
+		t.Errorf("without an agent: %v %q", err, got)
+	}
+}
+
+// The demo, the main job a newcomer runs, works end to end on this host (shortened) and
+// leaves no process or cgroup behind.
+func TestDemoRunsAndCleansUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo for about 20 s")
+	}
+	layout := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, layout)
+	out, err := exec.Command(tidalBin, "demo", "--duration", "12s", "--cgroup-root", root, "--socket", filepath.Join(t.TempDir(), "none.sock")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"p99", "phase", "spike", "Reading:"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, c := range []string{"cpu", "cpuset", "memory"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, root)); err == nil {
+			t.Errorf("demo left /sys/fs/cgroup/%s/%s behind", c, root)
+		}
+	}
+	if ps, _ := exec.Command("pgrep", "-f", tidalBin+" workload").Output(); len(ps) > 0 {
+		t.Errorf("demo left workload processes: %s", ps)
+	}
+}
