@@ -81,7 +81,7 @@ func parseDemoFlags(args []string) (demoOptions, error) {
 		"use the agent answering on this socket; without one the demo runs its own, in-process")
 	fs.StringVar(&o.cgroupRoot, "cgroup-root", demoCgroupRoot, "cgroup tree of the in-process agent (removed at the end)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: sudo tidal demo [flags]")
+		fmt.Fprintln(fs.Output(), "Usage: tidal demo [flags]   (as root)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -108,7 +108,7 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("must run as root: its workloads run in cgroups managed by the agent (try: sudo tidal demo)")
+		return errors.New("must run as root: its workloads run in cgroups managed by the agent (run it as root)")
 	}
 	err = demo(ctx, opts, os.Stdout)
 	if err == errInterrupted {
