@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/utils/cpuset"
@@ -52,8 +53,10 @@ type Agent struct {
 	metrics *reporter.Metrics
 	idle    bool
 	procDir string
-	gpus    *gpus
-	lease   *leasing // nil without an arbiter
+	// stateLock is held while the agent runs (see lockStateDir).
+	stateLock *os.File
+	gpus      *gpus
+	lease     *leasing // nil without an arbiter
 
 	mu        sync.Mutex
 	advisor   *advisor.Advisor
@@ -77,6 +80,38 @@ type Agent struct {
 // checkpoint and the cgroups on disk, and brings the cgroup tree to its settings with the
 // reclaimed pool at its minimum (no fresh metrics yet).
 func New(cfg config.Config, log *slog.Logger) (*Agent, error) {
+	// One agent per state folder and cgroup tree: a second one must stop before it touches
+	// either.
+	lock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newAgent(cfg, log)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	a.stateLock = lock
+	return a, nil
+}
+
+// lockStateDir takes an exclusive lock on the state folder, held while the process lives.
+func lockStateDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "agent.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another tidal agent is running with state folder %s (%v)", dir, err)
+	}
+	return f, nil
+}
+
+func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
 	layout, err := cgroupfs.Detect(cfg.Cgroup.MountPoint, cfg.Cgroup.Version)
 	if err != nil {
 		return nil, err
@@ -156,12 +191,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
+	// A server that dies stops the agent with its error, so a supervisor restarts it.
+	var serveErr error
+	var serveErrOnce sync.Once
 	serve := func(name string, srv *http.Server, ln net.Listener) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.log.Error(name+" server stopped", "err", err)
+				serveErrOnce.Do(func() { serveErr = fmt.Errorf("%s server: %w", name, err) })
 				cancel()
 			}
 		}()
@@ -201,7 +239,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.background.Wait()
 	_ = a.gpus.src.Close()
 	_ = os.Remove(a.cfg.SocketPath)
-	return nil
+	_ = a.stateLock.Close()
+	return serveErr
 }
 
 // listenUnix opens the API socket with root-only permissions: its folder 0700, the socket 0600.
@@ -264,14 +303,16 @@ func (a *Agent) dedicatedCPUsLocked() cpuset.CPUSet {
 // applyLocked recomputes the pools from the plan and writes the cgroup tree. When writes fail,
 // lending drops to its minimum and the published capacity to zero until they succeed again.
 func (a *Agent) applyLocked() error {
-	plan := a.leaseCapLocked(a.advisor.Plan(), time.Now())
+	plan := a.writtenPlanLocked(time.Now())
 	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, a.dedicatedCPUsLocked(), plan.ReclaimedMilliCPU)
 	ws := a.pluginWorkloads()
 	tree := plugins.NewTree(a.cfg.Cgroup.Root, ws)
-	cpu.Fill(tree, a.topo.AllCPUs(), a.pools, max(plan.TotalMilliCPU(), a.cfg.CPU.MinReclaimedMilliCPU), ws, a.idle)
+	cpu.Fill(tree, a.topo.AllCPUs(), a.pools, plan.TotalMilliCPU(), ws, a.idle)
 	memory.Fill(tree, plan.ReclaimedMemory, ws)
 	err := a.writer.Apply(tree.Cgroups())
-	if err != nil && a.applyErr == nil {
+	if err != nil {
+		// Every failing pass, not only the first: the slow loop must not grow lending back
+		// while writes keep failing.
 		for _, c := range a.advisor.Reset("cgroup writes failing") {
 			a.actionLocked("shrink", "cgroup-error", c.Reason)
 		}
@@ -280,9 +321,26 @@ func (a *Agent) applyLocked() error {
 	return err
 }
 
+// minWrittenMemory is the least memory limit the reclaimed tier gets: 0 would mean "leave
+// the limit as it is", and a few MiB keeps the kernel's own allocations possible.
+const minWrittenMemory = 4 << 20
+
+// writtenPlanLocked is what the cgroups get: the plan capped by the lease, but never under
+// the minimum on any NUMA node, so the reclaimed pool always has a CPU and a limit that are
+// written (an empty pool or a zero limit would leave stale, wider settings in place).
+func (a *Agent) writtenPlanLocked(now time.Time) advisor.Plan {
+	plan := a.leaseCapLocked(a.advisor.Plan(), now)
+	for _, np := range cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, a.dedicatedCPUsLocked(), nil) {
+		floor := min(a.cfg.CPU.MinReclaimedMilliCPU, int64(np.Shared.Size())*1000)
+		plan.ReclaimedMilliCPU[np.Node] = max(plan.ReclaimedMilliCPU[np.Node], floor)
+	}
+	plan.ReclaimedMemory = max(plan.ReclaimedMemory, a.cfg.Memory.MinReclaimedBytes, minWrittenMemory)
+	return plan
+}
+
 // publishLocked updates the metrics from the current state.
 func (a *Agent) publishLocked() {
-	plan := a.leaseCapLocked(a.advisor.Plan(), time.Now())
+	plan := a.writtenPlanLocked(time.Now())
 	for _, np := range a.pools {
 		a.metrics.SetPool(np.Node, map[string]int{
 			string(qos.System): np.System.Size(), string(qos.Dedicated): np.Dedicated.Size(),

@@ -119,7 +119,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (a *Agent) Status() reporter.Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	plan := a.leaseCapLocked(a.advisor.Plan(), time.Now())
+	plan := a.writtenPlanLocked(time.Now())
 	s := reporter.Status{
 		Schema: reporter.StatusSchemaVersion, Node: a.cfg.NodeName, Mode: a.cfg.Mode, Time: time.Now(),
 		CgroupRoot: a.cfg.Cgroup.Root, CgroupVer: a.layout.Version.String(), CPUIdle: a.idle,

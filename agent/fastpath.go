@@ -50,7 +50,7 @@ func (a *Agent) fastLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case tick := <-t.C:
 			var used time.Duration
 			ok := true
 			for _, p := range online {
@@ -64,10 +64,13 @@ func (a *Agent) fastLoop(ctx context.Context) {
 			if !ok {
 				continue
 			}
+			// Stamp the reading when it was taken: a late tick carries its scheduled time, and
+			// a rate over a window it does not cover would be overstated.
+			now := time.Now()
 			if rate, full := a.fast.add(now, used); full {
-				a.spike(time.Now(), rate)
+				a.spike(now, rate)
 			}
-			a.metrics.ObserveLoop("fast", time.Since(now))
+			a.metrics.ObserveLoop("fast", time.Since(tick))
 		}
 	}
 }

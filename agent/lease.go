@@ -112,6 +112,11 @@ func (a *Agent) reportOnce(ctx context.Context) {
 		a.publishLocked()
 		return
 	}
+	if err := checkLease(lease, a.cfg.Arbiter.ReportInterval); err != nil {
+		a.lease.lastErr = err
+		a.log.Warn("ignoring a lease the agent cannot trust; keeping the one it holds", "err", err)
+		return
+	}
 	if lease.Generation != a.lease.lease.Generation {
 		a.actionLocked("lease", "arbiter", describeLease(lease))
 	}
@@ -213,8 +218,14 @@ func (a *Agent) enforceLeaseLocked(ctx context.Context, now time.Time) {
 	}
 	var victims []*workload
 	for _, w := range a.workloads {
-		if w.Tier != qos.Reclaimed || w.Queue == "" || grantedQueues[w.Queue] || w.evicting {
+		if w.Tier != qos.Reclaimed || w.Queue == "" {
+			continue
+		}
+		if grantedQueues[w.Queue] {
 			delete(a.lease.ungranted, w.Queue)
+			continue
+		}
+		if w.evicting {
 			continue
 		}
 		since, ok := a.lease.ungranted[w.Queue]
@@ -244,6 +255,23 @@ func (a *Agent) enforceLeaseLocked(ctx context.Context, now time.Time) {
 	first := eviction.Rank(ranked)[0]
 	w := byName[first.Name]
 	a.evictLocked(ctx, w, "lease-ended", fmt.Sprintf("%s (queue %s, priority %d): no grant for its queue since %s", w.Name, w.Queue, w.ReclaimPriority, a.lease.ungranted[w.Queue].Format(time.TimeOnly)))
+}
+
+// maxLeaseReports bounds a lease's lifetime in report intervals: a lease that claims to last
+// much longer than the agent reports would keep lending long after the arbiter is gone.
+const maxLeaseReports = 10
+
+// checkLease refuses a lease with negative amounts or a lifetime the agent will not honour.
+func checkLease(l arbiter.Lease, interval time.Duration) error {
+	if ttl := l.Expires.Sub(l.Issued); ttl <= 0 || ttl > maxLeaseReports*interval {
+		return fmt.Errorf("lease generation %d lasts %v: want (0, %v]", l.Generation, ttl, maxLeaseReports*interval)
+	}
+	for _, g := range l.Grants {
+		if g.MilliCPU < 0 || g.MemoryBytes < 0 {
+			return fmt.Errorf("lease generation %d: grant to %s has negative amounts", l.Generation, g.Queue)
+		}
+	}
+	return nil
 }
 
 func leaseState(l *leasing, now time.Time) string {

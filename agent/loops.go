@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"syscall"
 	"time"
 
@@ -149,8 +151,15 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 // sampleWorkloadsLocked refreshes each workload's processes, CPU rate and memory.
 func (a *Agent) sampleWorkloadsLocked(now time.Time) {
 	for _, w := range a.workloads {
-		// Workload cgroups are leaves: a plain read, no directory walk.
-		w.pids, _ = a.layout.Procs(w.Cgroup, false)
+		// Workload cgroups are leaves: a plain read, no directory walk. A failed read keeps
+		// the last list: an unreadable cgroup is not an exited workload.
+		if pids, err := a.layout.Procs(w.Cgroup, false); err == nil {
+			w.pids = pids
+		} else if !errors.Is(err, os.ErrNotExist) {
+			a.log.Warn("cannot list a workload's processes", "cgroup", w.Cgroup, "err", err)
+		} else {
+			w.pids = nil
+		}
 		if used, err := a.layout.CPUUsage(w.Cgroup); err == nil {
 			if !w.cpuAt.IsZero() {
 				w.cpuMilli = milli(used-w.cpuPrev, now.Sub(w.cpuAt))
@@ -166,8 +175,12 @@ func (a *Agent) sampleWorkloadsLocked(now time.Time) {
 // collectExitedLocked forgets workloads whose processes are all gone.
 func (a *Agent) collectExitedLocked() {
 	for _, w := range a.workloads {
-		if len(w.pids) == 0 && !w.evicting && time.Since(w.Started) > time.Second {
-			a.forgetLocked(w, "release", "exited")
+		if len(w.pids) == 0 && time.Since(w.Started) > time.Second {
+			why := "exited"
+			if w.evicting {
+				why = "evicted"
+			}
+			a.forgetLocked(w, "release", why)
 		}
 	}
 }
@@ -179,7 +192,7 @@ func (a *Agent) maybeEvictLocked(ctx context.Context, s sample) {
 		AvailableBelowBytes: a.cfg.Memory.EvictAvailableBelowBytes,
 		PressureAbove:       a.cfg.Memory.EvictPressureAbove,
 	})
-	if lent := a.advisor.Plan().ReclaimedMemory; !short && s.reclaimedMemory > lent {
+	if lent := a.writtenPlanLocked(time.Now()).ReclaimedMemory; !short && s.reclaimedMemory > lent {
 		reason, short = fmt.Sprintf("reclaimed work holds %dMiB, more than the %dMiB lent", s.reclaimedMemory>>20, lent>>20), true
 	}
 	if !short || time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown {
@@ -219,7 +232,9 @@ func (a *Agent) evictLocked(ctx context.Context, w *workload, label, reason stri
 			}
 			select {
 			case <-ctx.Done():
-				deadline = time.Now()
+				// The agent is stopping: the grace period is the workload's, not ours to
+				// cut short. The next start finds it evicting no more and decides again.
+				return
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
@@ -228,15 +243,17 @@ func (a *Agent) evictLocked(ctx context.Context, w *workload, label, reason stri
 		}
 		for i := 0; i < 40; i++ {
 			if pids, _ := a.layout.Procs(w.Cgroup, true); len(pids) == 0 {
-				break
+				a.mu.Lock()
+				defer a.mu.Unlock()
+				if a.workloads[w.Name] == w {
+					a.forgetLocked(w, "release", "evicted")
+				}
+				return
 			}
 			time.Sleep(25 * time.Millisecond)
 		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if a.workloads[w.Name] == w {
-			a.forgetLocked(w, "release", "evicted")
-		}
+		// A process stuck in the kernel keeps the workload listed (evicting) until the slow
+		// loop finds its cgroup empty, instead of leaking the cgroup.
 	}()
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,6 +68,12 @@ func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) 
 	if req.CPUs < 0 || req.MemoryBytes < 0 || req.GPUs < 0 {
 		return reporter.Workload{}, refuse(400, "cpus %d, memoryBytes %d, gpus %d: must not be negative", req.CPUs, req.MemoryBytes, req.GPUs)
 	}
+	if n := a.topo.AllCPUs().Size(); req.CPUs > n {
+		return reporter.Workload{}, refuse(400, "cpus %d: this node has %d CPUs", req.CPUs, n)
+	}
+	if req.MemoryBytes > 0 && req.MemoryBytes < minWrittenMemory {
+		return reporter.Workload{}, refuse(400, "memory %d bytes: want at least %dMiB", req.MemoryBytes, minWrittenMemory>>20)
+	}
 	tier, err := qos.ParseTier(req.Tier)
 	if err != nil {
 		return reporter.Workload{}, refuse(400, "%v", err)
@@ -112,7 +119,14 @@ func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) 
 		if req.GPUs > 0 {
 			node, uuids, ok := a.gpus.tracker.ForNUMA(req.GPUs)
 			if !ok {
-				return reporter.Workload{}, refuse(409, "cannot give %d GPUs on one NUMA node: %d GPUs are free of online use", req.GPUs, len(a.gpus.tracker.States()))
+				return reporter.Workload{}, refuse(409, "cannot give %d GPUs on one NUMA node: no node has that many free of online use", req.GPUs)
+			}
+			// The tracker learns a GPU is online's once a process shows on it: until then,
+			// refuse a GPU another dedicated workload was given.
+			for _, other := range a.workloads {
+				if other.Tier == qos.Dedicated && slices.ContainsFunc(other.GPUs, func(u string) bool { return slices.Contains(uuids, u) }) {
+					return reporter.Workload{}, refuse(409, "the free GPUs on NUMA node %d (%v) include one given to %s; try again once it runs on it", node, uuids, other.Name)
+				}
 			}
 			w.GPUs = uuids
 			if req.NUMABinding {
@@ -228,8 +242,8 @@ func (a *Agent) restore() error {
 		}
 		for _, name := range names {
 			p := path.Join(tierPath, name)
-			pids, _ := a.layout.Procs(p, true)
-			if len(pids) == 0 {
+			pids, err := a.layout.Procs(p, true)
+			if err == nil && len(pids) == 0 {
 				if err := a.writer.Remove(p); err != nil {
 					a.log.Warn("cannot remove empty workload cgroup", "cgroup", p, "err", err)
 				}

@@ -26,6 +26,8 @@ type backend interface {
 	fileValue(k knob, value string) string
 	read(path string, k knob) (string, error)
 	write(path string, k knob, value string) error
+	// forget drops cached handles, so a cgroup removed behind tidal's back is re-created.
+	forget()
 }
 
 func newBackend(layout *cgroupfs.Layout) (backend, error) {
@@ -112,6 +114,8 @@ func (b *v1Backend) group(path string) (cgroup1.Cgroup, error) {
 	b.groups[path] = g
 	return g, nil
 }
+
+func (b *v1Backend) forget() { b.groups = map[string]cgroup1.Cgroup{} }
 
 func (b *v1Backend) create(path string) error {
 	_, err := b.group(path)
@@ -211,27 +215,37 @@ func (b *v2Backend) manager(path string) (*cgroup2.Manager, error) {
 	return cgroup2.Load("/"+path, cgroup2.WithMountpoint(b.layout.Unified))
 }
 
+func (b *v2Backend) forget() {}
+
+// create makes the cgroup and enables cpu, cpuset and memory (those the kernel offers: a
+// hybrid host's unified mount may carry none) in the subtree_control of each parent below the
+// mount root. The root cgroup belongs to the host: tidal never writes it, so the controllers
+// must already be enabled there (systemd does).
 func (b *v2Backend) create(path string) error {
-	m, err := cgroup2.NewManager(b.layout.Unified, "/"+path, &cgroup2.Resources{})
-	if err != nil {
+	if _, err := cgroup2.NewManager(b.layout.Unified, "/"+path, &cgroup2.Resources{}); err != nil {
 		return err
 	}
-	// Enable in the parents only the controllers this kernel offers: a hybrid host's unified
-	// mount may carry none of cpu, cpuset or memory.
-	avail, err := m.RootControllers()
+	data, err := os.ReadFile(filepath.Join(b.layout.Unified, "cgroup.subtree_control"))
 	if err != nil {
 		return err
 	}
 	var want []string
-	for _, c := range avail {
+	for _, c := range strings.Fields(string(data)) {
 		if c == "cpu" || c == "cpuset" || c == "memory" {
-			want = append(want, c)
+			want = append(want, "+"+c)
 		}
 	}
 	if len(want) == 0 {
 		return nil
 	}
-	return m.ToggleControllers(want, cgroup2.Enable)
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i := 1; i < len(parts); i++ {
+		parent := filepath.Join(b.layout.Unified, filepath.Join(parts[:i]...))
+		if err := writeFile(filepath.Join(parent, "cgroup.subtree_control"), strings.Join(want, " ")); err != nil {
+			return fmt.Errorf("enable %v in %s: %w", want, parent, err)
+		}
+	}
+	return nil
 }
 
 func (b *v2Backend) attach(path string, pid int) error {

@@ -78,12 +78,14 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 	wants := make([]map[knob]string, len(nodes))
 	var errs []error
 	for i, n := range nodes {
+		if err := w.ensure(n.Path); err != nil {
+			// Nothing to write to: leave this cgroup (and its knobs) out of both passes.
+			errs = append(errs, err)
+			continue
+		}
 		wants[i] = wanted(n.Settings)
 		for k, v := range wants[i] {
 			wants[i][k] = w.backend.fileValue(k, v)
-		}
-		if err := w.ensure(n.Path); err != nil {
-			errs = append(errs, err)
 		}
 	}
 
@@ -172,6 +174,7 @@ func (w *Writer) Remove(path string) error {
 		}
 	}
 	if !w.layout.Exists(path) {
+		w.backend.forget()
 		return nil
 	}
 	if err := w.backend.remove(path); err != nil {
@@ -181,14 +184,13 @@ func (w *Writer) Remove(path string) error {
 	return nil
 }
 
-// Forget drops every remembered value so the next Apply re-reads the files and repairs drift
-// made by someone else.
+// Forget drops everything remembered, so the next Apply re-creates missing cgroups and
+// re-reads the files: drift made by someone else is repaired.
 func (w *Writer) Forget() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for p := range w.known {
-		w.known[p] = map[knob]string{}
-	}
+	w.known = map[string]map[knob]string{}
+	w.backend.forget()
 }
 
 // Signal sends sig to every process in cgroup path and its descendants and returns how many
@@ -238,6 +240,14 @@ func (w *Writer) Stats() WriteStats {
 	return s
 }
 
+// remember records a knob's value for path.
+func (w *Writer) remember(path string, k knob, v string) {
+	if w.known[path] == nil {
+		w.known[path] = map[knob]string{}
+	}
+	w.known[path][k] = v
+}
+
 // current is the knob's value: remembered, else read from the file.
 func (w *Writer) current(path string, k knob) (string, error) {
 	if v, ok := w.known[path][k]; ok {
@@ -247,7 +257,7 @@ func (w *Writer) current(path string, k knob) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read %s of cgroup %s: %w", k, path, err)
 	}
-	w.known[path][k] = v
+	w.remember(path, k, v)
 	return v, nil
 }
 
@@ -261,7 +271,7 @@ func (w *Writer) write(path string, k knob, value string) error {
 		return fmt.Errorf("write %s=%s to cgroup %s: %w", k, value, path, err)
 	}
 	w.writes[k]++
-	w.known[path][k] = value
+	w.remember(path, k, value)
 	w.log.Debug("cgroup write", "path", path, "knob", k.String(), "from", old, "to", value)
 	return nil
 }

@@ -44,6 +44,10 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
+	if os.Args[1] == childCommand {
+		// Before any signal handling: the command it becomes must get signals as they come.
+		exitOn(runChild(os.Args[2:]), childCommand)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd, args := os.Args[1], os.Args[2:]
@@ -64,14 +68,18 @@ func main() {
 		fmt.Println(versionString())
 	case "workload":
 		err = runWorkload(ctx, args)
-	case childCommand:
-		err = runChild(args)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 	default:
 		fmt.Fprintf(os.Stderr, "tidal: unknown command %q\n\n%s", cmd, usage)
 		os.Exit(2)
 	}
+	stop()
+	exitOn(err, cmd)
+}
+
+// exitOn ends the process with the status err stands for.
+func exitOn(err error, cmd string) {
 	var ee exitError
 	switch {
 	case errors.As(err, &ee):
@@ -82,6 +90,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "tidal %s: %v\n", cmd, err)
 		os.Exit(1)
 	}
+	os.Exit(0)
 }
 
 func versionString() string {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tidalqos/tidal/agent"
 	"github.com/tidalqos/tidal/agent/config"
 )
@@ -71,10 +73,15 @@ func runRun(args []string) error {
 	child := exec.Command(self, append([]string{childCommand, "--"}, cmdArgs...)...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	child.ExtraFiles = []*os.File{goR}
-	// Its own process group: terminal signals reach tidal run once and are forwarded once.
-	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// On a terminal the command stays in our process group, in the foreground: it reads the
+	// terminal and gets Ctrl-C and Ctrl-\ itself, so those are not forwarded again. Otherwise
+	// it gets a process group of its own and every signal is forwarded to that whole group.
+	interactive := isTerminal(os.Stdin)
+	if !interactive {
+		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs)
+	signal.Notify(sigs, forwarded()...)
 	defer signal.Stop(sigs)
 	if err := child.Start(); err != nil {
 		return err
@@ -108,10 +115,15 @@ forward:
 	for {
 		select {
 		case s := <-sigs:
-			if s == syscall.SIGCHLD || s == syscall.SIGURG || s == syscall.SIGWINCH {
-				continue
+			sig := s.(syscall.Signal)
+			switch {
+			case interactive && (sig == syscall.SIGINT || sig == syscall.SIGQUIT):
+				// The terminal sent it to the command already.
+			case interactive:
+				_ = syscall.Kill(child.Process.Pid, sig)
+			default:
+				_ = syscall.Kill(-child.Process.Pid, sig)
 			}
-			_ = child.Process.Signal(s)
 		case waitErr = <-done:
 			break forward
 		}
@@ -132,6 +144,17 @@ func exitStatus(err error) error {
 		return exitError{128 + int(ws.Signal())}
 	}
 	return exitError{ee.ExitCode()}
+}
+
+// forwarded are the signals tidal run passes on to the command. Job-control stops are not
+// among them: the shell's job control acts on the process group as usual.
+func forwarded() []os.Signal {
+	return []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 func isSet(fs *flag.FlagSet, name string) bool {

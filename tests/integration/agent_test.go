@@ -34,10 +34,10 @@ func TestReclaimedWorkloadIsConfined(t *testing.T) {
 
 	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", "2")
 	w := n.waitWorkload("burn")
-	// Let lending grow past the minimum, then compare files with what status says.
-	n.eventually(10*time.Second, "lending grows", func() error {
-		if s := n.status(); s.Lendable.MilliCPU <= 100 {
-			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+	// Compare the files with what status says the node lends, whatever it lends now.
+	n.eventually(5*time.Second, "fresh metrics", func() error {
+		if !n.status().MetricsOK {
+			return fmt.Errorf("not yet")
 		}
 		return nil
 	})
