@@ -46,21 +46,42 @@ func (a *Agent) fastLoop(ctx context.Context) {
 		// Without reserved CPUs the system tier runs in the shared pool too.
 		online = append(online, plugins.TierPath(a.cfg.Cgroup.Root, qos.System))
 	}
+	counters := make([]*cgroupfs.CPUCounter, len(online))
+	defer func() {
+		for _, c := range counters {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	// read sums the online tiers' counters, reopening one that fails (a tier cgroup
+	// re-created after someone removed it).
+	read := func() (time.Duration, bool) {
+		var used time.Duration
+		for i, p := range online {
+			if counters[i] == nil {
+				c, err := a.layout.OpenCPUCounter(p)
+				if err != nil {
+					return 0, false
+				}
+				counters[i] = c
+			}
+			u, err := counters[i].Read()
+			if err != nil {
+				counters[i].Close()
+				counters[i] = nil
+				return 0, false
+			}
+			used += u
+		}
+		return used, true
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case tick := <-t.C:
-			var used time.Duration
-			ok := true
-			for _, p := range online {
-				u, err := a.layout.CPUUsage(p)
-				if err != nil {
-					ok = false
-					break
-				}
-				used += u
-			}
+			used, ok := read()
 			if !ok {
 				continue
 			}

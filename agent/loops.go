@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"syscall"
 	"time"
@@ -19,10 +20,11 @@ import (
 // behind tidal's back.
 const forgetEvery = 30
 
-// workloadSampleEvery passes, each workload's processes, CPU and memory are read: with
-// hundreds of workloads these reads cost more than the rest of the pass, and the figures
-// (status, eviction order, releasing exited workloads) do not need a fresher view.
-const workloadSampleEvery = 5
+// workloadSampleEvery passes, each workload's processes, CPU and memory are read, a share of
+// the workloads on each pass: with hundreds of workloads these reads (memory.stat and
+// cpuacct.usage are costly in the kernel) would cost more than the rest of the pass, and the
+// figures (status, eviction order, releasing exited workloads) need no fresher view.
+const workloadSampleEvery = 10
 
 // sampler turns cumulative counters into rates between slow-loop passes.
 type sampler struct {
@@ -118,9 +120,7 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 	prev := a.sampler
 	a.sampler = sampler{at: now, cpu: cpus, reclaimed: reclaimedCPU, lastOK: now}
 	elapsed := now.Sub(prev.at)
-	if a.passes%workloadSampleEvery == 0 {
-		a.sampleWorkloadsLocked(now)
-	}
+	a.sampleWorkloadsLocked(now)
 	if prev.cpu == nil || elapsed <= 0 {
 		return s, false, nil
 	}
@@ -151,6 +151,10 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 // sampleWorkloadsLocked refreshes each workload's processes, CPU rate and memory.
 func (a *Agent) sampleWorkloadsLocked(now time.Time) {
 	for _, w := range a.workloads {
+		// Round robin by name, so the cost is spread evenly over the passes.
+		if int(fnv32(w.Name)%workloadSampleEvery) != a.passes%workloadSampleEvery {
+			continue
+		}
 		// Workload cgroups are leaves: a plain read, no directory walk. A failed read keeps
 		// the last list: an unreadable cgroup is not an exited workload.
 		if pids, err := a.layout.Procs(w.Cgroup, false); err == nil {
@@ -255,6 +259,12 @@ func (a *Agent) evictLocked(ctx context.Context, w *workload, label, reason stri
 		// A process stuck in the kernel keeps the workload listed (evicting) until the slow
 		// loop finds its cgroup empty, instead of leaking the cgroup.
 	}()
+}
+
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
 }
 
 func milli(d, elapsed time.Duration) int64 {
