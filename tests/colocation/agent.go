@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tidalqos/tidal/agent"
+	"github.com/tidalqos/tidal/reporter"
+)
+
+// agentProc is a `tidal agent` process with its defaults, except what must be its own here:
+// its cgroup root (inside the benchmark's), state folder and socket (in the temporary folder),
+// and no metrics endpoint.
+type agentProc struct {
+	*proc
+	socket string
+	client *agent.Client
+}
+
+// startAgent starts an agent whose cgroup tree is cgroupRoot, moves the agent process into
+// cgroup self, and waits until it answers on its socket.
+func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self string) (*agentProc, error) {
+	dir := filepath.Join(b.tmp, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	socket := filepath.Join(dir, "tidal.sock")
+	config := filepath.Join(dir, "tidal.yaml")
+	yaml := fmt.Sprintf("cgroup:\n  root: %s\nstateDir: %s\nsocketPath: %s\nmetricsAddress: \"\"\n",
+		cgroupRoot, filepath.Join(dir, "state"), socket)
+	if b.opts.agentConfig != "" {
+		extra, err := os.ReadFile(b.opts.agentConfig)
+		if err != nil {
+			return nil, err
+		}
+		yaml += string(extra)
+	}
+	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
+		return nil, err
+	}
+	p, err := startProc(name, b.tmp, []string{b.tidal, "agent", "--config", config},
+		func(pid int) error { return b.writer.Attach(self, pid) })
+	if err != nil {
+		return nil, err
+	}
+	a := &agentProc{proc: p, socket: socket, client: agent.NewClient(socket)}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := a.client.Status()
+		if err == nil {
+			return a, nil
+		}
+		if !p.running() || time.Now().After(deadline) || !sleepCtx(ctx, 50*time.Millisecond) {
+			p.stop(time.Second)
+			return nil, fmt.Errorf("agent did not answer on %s: %v; last lines of its log:\n%s", socket, err, p.logTail(10))
+		}
+	}
+}
+
+// tidalRun is the command line that starts argv through the agent, in a tier.
+func (a *agentProc) tidalRun(bin, tier, name string, argv []string) []string {
+	return append([]string{bin, "run", "--socket", a.socket, "--tier", tier, "--name", name, "--"}, argv...)
+}
+
+// agentWatch polls an agent's status: the CPU it lends over time and every action it took
+// (the status keeps only the latest ones, so they are collected as they come).
+type agentWatch struct {
+	lent    []lentSample
+	actions map[actionKey]reporter.Action
+}
+
+// actionKey tells actions apart across polls (time.Time itself is no map key: its location
+// pointer differs between decodes).
+type actionKey struct {
+	unixNano     int64
+	kind, reason string
+}
+
+func newAgentWatch() *agentWatch { return &agentWatch{actions: map[actionKey]reporter.Action{}} }
+
+// lentSample is the CPU the agent lent to reclaimed work at a time.
+type lentSample struct {
+	At       time.Time
+	MilliCPU int64
+}
+
+func (w *agentWatch) poll(client *agent.Client, now time.Time) {
+	s, err := client.Status()
+	if err != nil {
+		return // a missed poll leaves a gap; the next one catches up on actions
+	}
+	var lent int64
+	for _, p := range s.Pools {
+		lent += p.LentMilliCPU
+	}
+	w.lent = append(w.lent, lentSample{At: now, MilliCPU: lent})
+	for _, a := range s.Actions {
+		w.actions[actionKey{a.Time.UnixNano(), a.Kind, a.Reason}] = a
+	}
+}
+
+// sortedActions returns the actions seen, oldest first.
+func (w *agentWatch) sortedActions() []reporter.Action {
+	out := make([]reporter.Action, 0, len(w.actions))
+	for _, a := range w.actions {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	return out
+}
+
+// background runs periodic samplers until stopped: each owns its own data, which may be read
+// only after stop returns.
+type background struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	ctx    context.Context
+}
+
+func newBackground(ctx context.Context) *background {
+	ctx, cancel := context.WithCancel(ctx)
+	return &background{ctx: ctx, cancel: cancel}
+}
+
+// every calls fn now and then every interval until stop.
+func (g *background) every(interval time.Duration, fn func(now time.Time)) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		fn(time.Now())
+		for {
+			select {
+			case <-g.ctx.Done():
+				return
+			case now := <-t.C:
+				fn(now)
+			}
+		}
+	}()
+}
+
+// stop ends the samplers and waits for them.
+func (g *background) stop() {
+	g.cancel()
+	g.wg.Wait()
+}

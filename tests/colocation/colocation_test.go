@@ -1,0 +1,211 @@
+package main
+
+import (
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidalqos/tidal/reporter"
+	"github.com/tidalqos/tidal/tests/workload"
+)
+
+// Pure-logic tests: no root, no cgroups. The benchmark itself is exercised by running it.
+
+func testOptions(t *testing.T, args ...string) options {
+	t.Helper()
+	o, err := parseFlags(append([]string{"-out", t.TempDir()}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestDayAddsUpAndRoundTripsThroughTheLoadGenerator(t *testing.T) {
+	o := testOptions(t, "-day", "60s")
+	ps := dayPhases(o)
+	var total time.Duration
+	for _, p := range ps {
+		total += p.Duration
+	}
+	if total != o.day {
+		t.Fatalf("phases add up to %s, want %s", total, o.day)
+	}
+	parsed, err := workload.ParsePhases(phaseSpec(ps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(parsed, ps) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", parsed, ps)
+	}
+	from, to, ok := phaseWindow(ps, spikePhase)
+	if !ok || from != 36*time.Second || to != 42*time.Second {
+		t.Fatalf("spike window %s-%s %v, want 36s-42s", from, to, ok)
+	}
+}
+
+func TestQuickShortensOnlyWhatIsNotSet(t *testing.T) {
+	o := testOptions(t, "-quick", "-warmup", "5s")
+	if o.day != 12*time.Second || o.warmup != 5*time.Second || o.overheadDuration != 15*time.Second {
+		t.Fatalf("quick: day %s warmup %s overhead %s", o.day, o.warmup, o.overheadDuration)
+	}
+	if _, err := parseFlags([]string{"-out", "x", "-scenarios", "online-alone,nope"}); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("unknown scenario: err %v", err)
+	}
+}
+
+func TestStatAndPercentile(t *testing.T) {
+	s := statOf([]float64{3, math.NaN(), 1, 2, 10})
+	if s != (stat{Median: 2.5, Min: 1, Max: 10, N: 4}) {
+		t.Fatalf("statOf = %+v", s)
+	}
+	if s := statOf(nil); s.N != 0 {
+		t.Fatalf("empty statOf = %+v", s)
+	}
+	v := []float64{5, 1, 4, 2, 3}
+	if p := percentile(v, 0.5); p != 3 {
+		t.Fatalf("p50 = %v", p)
+	}
+	if p := percentile(v, 0.99); p != 5 {
+		t.Fatalf("p99 = %v", p)
+	}
+}
+
+func TestCumulativeInterpolatesAndHoldsAtTheEnds(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	c := cumulative{{t0, 0}, {t0.Add(time.Second), 100}, {t0.Add(3 * time.Second), 300}}
+	if d := c.delta(t0.Add(500*time.Millisecond), t0.Add(2*time.Second)); d != 150 {
+		t.Fatalf("delta = %v, want 150", d)
+	}
+	if v := c.at(t0.Add(-time.Second)); v != 0 {
+		t.Fatalf("before the first reading: %v", v)
+	}
+	if v := c.at(t0.Add(time.Hour)); v != 300 {
+		t.Fatalf("after the last reading: %v", v)
+	}
+}
+
+// runs builds two rounds of online-alone, offline-alone and naive with given figures.
+func fakeRuns() []runResult {
+	online := func(p99 float64, ivs ...interval) *onlineResult {
+		return &onlineResult{P50Ms: p99 / 2, P99Ms: p99, P999Ms: p99 * 2, Intervals: ivs}
+	}
+	iv := func(p99 float64, count uint64) interval { return interval{P99Ms: p99, Count: count, TargetRPS: 100} }
+	return []runResult{
+		{Scenario: "online-alone", Round: 1, Online: online(10, iv(9, 100), iv(12, 100))},
+		{Scenario: "offline-alone", Round: 1, Offline: &offlineResult{BurnerUnits: 1000, AntagonistBytes: 4000}},
+		{Scenario: "naive", Round: 1, Online: online(40, iv(25, 100), iv(15, 100), iv(0, 0)),
+			Offline: &offlineResult{BurnerUnits: 500, AntagonistBytes: 1000}},
+		{Scenario: "online-alone", Round: 2, Online: online(20)},
+		{Scenario: "offline-alone", Round: 2, Offline: &offlineResult{BurnerUnits: 2000, AntagonistBytes: 4000}},
+		{Scenario: "naive", Round: 2, Online: online(40), Offline: &offlineResult{BurnerUnits: 1500, AntagonistBytes: 3000}},
+		{Scenario: "naive", Round: 3, Error: "boom"},
+	}
+}
+
+func TestSLOIsTwiceTheRoundsAloneP99AndMissingAnswersBreakIt(t *testing.T) {
+	runs := fakeRuns()
+	applySLO(runs, options{sloFactor: 2})
+	naive := runs[2].Online
+	if naive.SLOMs != 20 || naive.SLOBrokenSeconds != 2 {
+		t.Fatalf("naive round 1: SLO %v ms, broken %d s; want 20 ms and 2 s (25 ms, and a second with no answer)", naive.SLOMs, naive.SLOBrokenSeconds)
+	}
+	applySLO(runs, options{slo: 10 * time.Millisecond})
+	if naive.SLOMs != 10 || naive.SLOBrokenSeconds != 3 {
+		t.Fatalf("fixed SLO: %v ms, broken %d s", naive.SLOMs, naive.SLOBrokenSeconds)
+	}
+}
+
+func TestSummaryTakesRatiosWithinEachRound(t *testing.T) {
+	o := options{sloFactor: 2, scenarios: []string{"online-alone", "offline-alone", "naive"}}
+	ss := summarize(fakeRuns(), o)
+	naive, _ := summaryOf(ss, "naive")
+	// p99 ratios 40/10 and 40/20; burner 500/1000 and 1500/2000.
+	if naive.P99Ratio != (stat{Median: 3, Min: 2, Max: 4, N: 2}) {
+		t.Fatalf("p99 ratio %+v", naive.P99Ratio)
+	}
+	if naive.BurnerRatio != (stat{Median: 0.625, Min: 0.5, Max: 0.75, N: 2}) {
+		t.Fatalf("burner ratio %+v", naive.BurnerRatio)
+	}
+	if naive.Runs != 2 || naive.Failed != 1 {
+		t.Fatalf("runs %d failed %d", naive.Runs, naive.Failed)
+	}
+	if r := crossRatio(fakeRuns(), "naive", "offline-alone", antagonistBytes); r.Median != 0.5 {
+		t.Fatalf("cross ratio %+v", r)
+	}
+}
+
+func TestSpikeToShrinkIsTheFirstThrottleInTheSpike(t *testing.T) {
+	o := options{day: 60 * time.Second, valleyRPS: 1, peakRPS: 2, spikeRPS: 3}
+	day := time.Unix(1000, 0)
+	spike := day.Add(36 * time.Second)
+	w := newAgentWatch()
+	for _, a := range []reporter.Action{
+		{Time: day.Add(20 * time.Second), Kind: "throttle"}, // during the ramp
+		{Time: spike.Add(10 * time.Millisecond), Kind: "grow"},
+		{Time: spike.Add(30 * time.Millisecond), Kind: "throttle"},
+		{Time: spike.Add(90 * time.Millisecond), Kind: "throttle"},
+	} {
+		w.actions[actionKey{a.Time.UnixNano(), a.Kind, a.Reason}] = a
+	}
+	w.lent = []lentSample{{spike.Add(-time.Second), 700}, {spike.Add(time.Second), 100}}
+	var lent xy
+	r := tidalFrom(w, dayPhases(o), day, 1.5, 20<<20, &lent)
+	if r.SpikeToShrinkMs == nil || *r.SpikeToShrinkMs != 30 {
+		t.Fatalf("spike to shrink %v, want 30 ms", r.SpikeToShrinkMs)
+	}
+	if r.Throttles != 3 || r.LentAtSpikeMilliCPU != 700 || len(lent.X) != 2 || lent.Y[1] != 0.1 {
+		t.Fatalf("throttles %d, lent at spike %d, lent series %+v", r.Throttles, r.LentAtSpikeMilliCPU, lent)
+	}
+	if last, ok := r.lastThrottleBefore(36); len(r.Actions) != 4 || !ok || last != 20 {
+		t.Fatalf("%d actions, last throttle before the spike at %v s (%v), want 4 and 20 s", len(r.Actions), last, ok)
+	}
+}
+
+func TestChartIsADecodablePNG(t *testing.T) {
+	c := chart{title: "test", x0: -5, x1: 60, marks: []mark{{0, "valley"}, {12, "ramp"}}, panels: []panel{
+		{title: "p99 (log)", lo: 1, hi: 1000, log: true, lines: []line{{name: "p99", c: blue, pts: xy{X: []float64{0, 30, 59}, Y: []float64{2, 500, 0}}}}},
+		{title: "cpu", hi: 100, lines: []line{{name: "cpu", c: green, dashed: true, pts: xy{X: []float64{-5, 70}, Y: []float64{-10, 150}}}}},
+	}}
+	file := filepath.Join(t.TempDir(), "c.png")
+	if err := c.writePNG(file); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != plotW || b.Dy() < 2*panelH {
+		t.Fatalf("image %v", b)
+	}
+}
+
+func TestTicks(t *testing.T) {
+	if got := ticks(1, 1000, true); !reflect.DeepEqual(got, []float64{1, 10, 100, 1000}) {
+		t.Fatalf("log ticks %v", got)
+	}
+	if got := ticks(0, 100, false); !reflect.DeepEqual(got, []float64{0, 20, 40, 60, 80, 100}) {
+		t.Fatalf("linear ticks %v", got)
+	}
+	if fmtFloat(-1e-12) != "0" || fmtFloat(10000) != "10000" || fmtFloat(2.5) != "2.5" {
+		t.Fatal("fmtFloat")
+	}
+}
+
+func TestProcessCPUAndMemoryOfThisProcess(t *testing.T) {
+	if _, err := processCPU(os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	if hwm, err := memoryStatus(os.Getpid(), "VmHWM"); err != nil || hwm <= 0 {
+		t.Fatalf("VmHWM %d, %v", hwm, err)
+	}
+}

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path"
+	"strconv"
+	"time"
+
+	"github.com/tidalqos/tidal/plugins"
+)
+
+// scenarioRun is one run of one scenario. It owns every process it starts, its samplers and
+// its cgroup (a fresh one under the bench root, never reused); cleanup stops and removes them
+// all, whatever happened.
+type scenarioRun struct {
+	b     *bench
+	sc    scenario
+	name  string // "r1-naive": names its cgroup, logs and agent folder
+	rel   string // its cgroup
+	agent *agentProc
+	procs []*proc
+	bg    *background
+	cpu   []nodeCPU   // node CPU readings, once a second
+	watch *agentWatch // the agent's lending and actions (tidal only)
+}
+
+// Timeouts and grace periods of a run.
+const (
+	healthyTimeout = 15 * time.Second // for the online service to answer (it calibrates first)
+	stopGrace      = 3 * time.Second  // between SIGTERM and SIGKILL
+	drainSlack     = 30 * time.Second // for the load generator to finish after its day
+	agentPoll      = 500 * time.Millisecond
+)
+
+// runScenario runs scenario sc once and returns what it measured, or the error that stopped it.
+func (b *bench) runScenario(ctx context.Context, sc scenario, round int) runResult {
+	name := fmt.Sprintf("r%d-%s", round, sc.Name)
+	r := &scenarioRun{b: b, sc: sc, name: name, rel: path.Join(b.root, name)}
+	res, err := r.run(ctx)
+	err = errors.Join(err, r.cleanup())
+	res.Scenario, res.Round = sc.Name, round
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res
+}
+
+// run goes through the run's steps: start everything, warm up, drive the day, then stop the
+// workloads in order so that each prints its final report, and read what they reported.
+func (r *scenarioRun) run(ctx context.Context) (runResult, error) {
+	w, err := r.start(ctx)
+	if err != nil {
+		return runResult{}, err
+	}
+	if !sleepCtx(ctx, r.b.opts.warmup) {
+		return runResult{}, ctx.Err()
+	}
+	d, err := r.driveDay(ctx, w.addr)
+	if err != nil {
+		return runResult{}, err
+	}
+	w.stop()
+	r.bg.stop()
+	res := runResult{DayStart: d.start}
+	return res, r.collect(&res, d, w)
+}
+
+// runWorkloads are the online service and the offline work of a run, those it has.
+type runWorkloads struct {
+	server, burner, antagonist *proc
+	addr                       string // the online service's
+}
+
+// stop ends the offline work, then the online service.
+func (w runWorkloads) stop() {
+	for _, p := range []*proc{w.burner, w.antagonist, w.server} {
+		if p != nil {
+			p.stop(stopGrace)
+		}
+	}
+}
+
+// start creates the run's cgroups and starts the agent (tidal only), the samplers, the online
+// service and the offline work.
+func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
+	if err := r.makeCgroups(); err != nil {
+		return w, err
+	}
+	if r.sc.Tidal {
+		a, err := r.b.startAgent(ctx, r.name+"-agent", path.Join(r.rel, "tidal"), path.Join(r.rel, "agent"))
+		if err != nil {
+			return w, err
+		}
+		r.agent = a
+		r.procs = append(r.procs, a.proc)
+	}
+	r.startSamplers(ctx)
+	if r.sc.Online {
+		if w.server, w.addr, err = r.startServer(ctx); err != nil {
+			return w, err
+		}
+	}
+	if r.sc.Offline {
+		w.burner, w.antagonist, err = r.startOffline()
+	}
+	return w, err
+}
+
+// day is what driving the day left to read: the load generator (nil without online work),
+// when the day started, and the agent's CPU use over it and its peak memory.
+type day struct {
+	loadgen   *proc
+	start     time.Time
+	agentCPU  float64 // % of one core
+	agentPeak int64   // bytes
+}
+
+// driveDay runs the day: the load generator's schedule, or just the day's length without
+// online work.
+func (r *scenarioRun) driveDay(ctx context.Context, addr string) (d day, err error) {
+	var before cpuUsage
+	if r.agent != nil {
+		before, _ = readCPUUsage(r.agent.pid())
+	}
+	d.start = time.Now() // refined from the load generator's reports in collect
+	if r.sc.Online {
+		if d.loadgen, err = r.startLoadgen(addr); err != nil {
+			return d, err
+		}
+		if err := d.loadgen.wait(r.b.opts.day+drainSlack, ctx.Done()); err != nil {
+			return d, err
+		}
+	} else if !sleepCtx(ctx, r.b.opts.day) {
+		return d, ctx.Err()
+	}
+	if r.agent != nil {
+		after, _ := readCPUUsage(r.agent.pid())
+		d.agentCPU = after.percentSince(before)
+		d.agentPeak, _ = memoryStatus(r.agent.pid(), "VmHWM")
+	}
+	return d, nil
+}
+
+// makeCgroups creates the run's cgroups: the load generator's at high priority, and, unless the
+// agent places them, the online service's and the offline work's with the scenario's knobs.
+func (r *scenarioRun) makeCgroups() error {
+	all := r.b.everywhere()
+	loadgen := all
+	loadgen.CPUShares = loadgenShares
+	cgs := []plugins.Cgroup{{Path: r.rel, Settings: all}, {Path: r.sub("loadgen"), Settings: loadgen}}
+	if r.sc.Tidal {
+		cgs = append(cgs, plugins.Cgroup{Path: r.sub("agent"), Settings: all})
+		return r.b.writer.Apply(cgs)
+	}
+	if r.sc.Online {
+		online := all
+		online.CPUShares = defaultShares
+		cgs = append(cgs, plugins.Cgroup{Path: r.sub("online"), Settings: online})
+	}
+	if r.sc.Offline {
+		off := r.sc.offline(r.b.cpus)
+		off.Mems = r.b.mems
+		child := plugins.Settings{CPUs: off.CPUs, Mems: off.Mems}
+		cgs = append(cgs, plugins.Cgroup{Path: r.sub("offline"), Settings: off},
+			plugins.Cgroup{Path: r.sub("offline/burner"), Settings: child},
+			plugins.Cgroup{Path: r.sub("offline/antagonist"), Settings: child})
+	}
+	return r.b.writer.Apply(cgs)
+}
+
+func (r *scenarioRun) sub(name string) string { return path.Join(r.rel, name) }
+
+// startSamplers reads node CPU every second and, with an agent, its status twice a second.
+func (r *scenarioRun) startSamplers(ctx context.Context) {
+	r.bg = newBackground(ctx)
+	r.bg.every(time.Second, func(time.Time) {
+		if s, err := readNodeCPU(); err == nil {
+			r.cpu = append(r.cpu, s)
+		}
+	})
+	if r.agent != nil {
+		r.watch = newAgentWatch()
+		client := r.agent.client
+		r.bg.every(agentPoll, func(now time.Time) { r.watch.poll(client, now) })
+	}
+}
+
+// startWorkload starts `tidal workload ARGS`: through the agent in tier when there is one,
+// else in the benchmark's own cgroup.
+func (r *scenarioRun) startWorkload(name, tier, cgroup string, args ...string) (*proc, error) {
+	argv := append([]string{r.b.tidal, "workload"}, args...)
+	var attach func(int) error
+	if r.agent != nil && tier != "" {
+		argv = r.agent.tidalRun(r.b.tidal, tier, name, argv)
+	} else {
+		attach = func(pid int) error { return r.b.writer.Attach(cgroup, pid) }
+	}
+	p, err := startProc(r.name+"-"+name, r.b.tmp, argv, attach)
+	if err != nil {
+		return nil, err
+	}
+	r.procs = append(r.procs, p)
+	return p, nil
+}
+
+// startServer starts the online service on a free loopback port and waits until it answers.
+func (r *scenarioRun) startServer(ctx context.Context) (*proc, string, error) {
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := r.startWorkload("server", "shared", r.sub("online"), "server", "--addr", addr, "--work", r.b.opts.work.String())
+	if err != nil {
+		return nil, "", err
+	}
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(healthyTimeout)
+	for {
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return p, addr, nil
+		}
+		if !p.running() || time.Now().After(deadline) || !sleepCtx(ctx, 50*time.Millisecond) {
+			return nil, "", fmt.Errorf("online service did not answer on %s: %v; last lines of its log:\n%s", addr, err, p.logTail(10))
+		}
+	}
+}
+
+// startOffline starts the CPU burner and the cache antagonist.
+func (r *scenarioRun) startOffline() (burner, antagonist *proc, err error) {
+	o := r.b.opts
+	if burner, err = r.startWorkload("burner", "reclaimed", r.sub("offline/burner"),
+		"burner", "--threads", strconv.Itoa(o.burnerThreads)); err != nil {
+		return nil, nil, err
+	}
+	antagonist, err = r.startWorkload("antagonist", "reclaimed", r.sub("offline/antagonist"),
+		"antagonist", "--threads", strconv.Itoa(o.antagonistThreads), "--size", o.antagonistSize)
+	return burner, antagonist, err
+}
+
+// startLoadgen starts the load generator on the day's schedule, in its own high-priority
+// cgroup in every scenario (never through the agent: it is the measuring instrument).
+func (r *scenarioRun) startLoadgen(addr string) (*proc, error) {
+	return r.startWorkload("loadgen", "", r.sub("loadgen"),
+		"loadgen", "--url", "http://"+addr+"/work", "--phases", phaseSpec(dayPhases(r.b.opts)))
+}
+
+// cleanup stops whatever still runs (the agent last), the samplers, and removes the run's
+// cgroups, killing anything left in them.
+func (r *scenarioRun) cleanup() error {
+	for i := len(r.procs) - 1; i >= 0; i-- {
+		if p := r.procs[i]; p.running() {
+			p.stop(stopGrace)
+		}
+	}
+	if r.bg != nil {
+		r.bg.stop()
+	}
+	err := removeTree(r.b.layout, r.rel)
+	for _, p := range r.procs { // their commands are gone with the cgroups: the readers end
+		<-p.exited
+		select {
+		case <-p.readDone:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return err
+}
+
+// freeLoopbackAddr returns a loopback address with a port free right now.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/plugins"
+)
+
+// scenario is one way of running the online service and the offline work on this machine.
+type scenario struct {
+	Name string
+	// What runs: the online service (with its load generator) and/or the offline work.
+	Online, Offline bool
+	// Tidal: the agent places both, through `tidal run`. Otherwise the benchmark does, in
+	// plain cgroups of its own, and offline sets the knobs of the offline work's parent cgroup.
+	Tidal   bool
+	offline func(all cpuset.CPUSet) plugins.Settings
+	// About says in a few words what the scenario is, for the results.
+	About string
+}
+
+// Default cgroup v1 CPU shares, and the loadgen's: high enough that the measuring side never
+// waits behind the measured one.
+const (
+	defaultShares = 1024
+	loadgenShares = 10240
+	// besteffortShares is what kubelet gives its BestEffort parent cgroup.
+	besteffortShares = 2
+)
+
+// scenarios in the order they run each round.
+var scenarios = []scenario{
+	{Name: "online-alone", Online: true, About: "the online service alone (latency baseline)"},
+	{Name: "offline-alone", Offline: true, offline: plain, About: "the offline work alone (throughput baseline)"},
+	{Name: "naive", Online: true, Offline: true, offline: plain, About: "offline in plain cgroups, default shares, no limits"},
+	{Name: "besteffort", Online: true, Offline: true, About: "offline under a parent with cpu.shares 2 (Kubernetes BestEffort)",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
+		}},
+	{Name: "static", Online: true, Offline: true, About: "offline pinned to a fixed half of the CPUs (online unpinned)",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
+		}},
+	{Name: "tidal", Online: true, Offline: true, Tidal: true, About: "tidal agent with its defaults: online shared tier, offline reclaimed tier"},
+}
+
+func plain(all cpuset.CPUSet) plugins.Settings {
+	return plugins.Settings{CPUs: all, CPUShares: defaultShares}
+}
+
+// upperHalf is the upper half of the CPUs (CPU 1 of 0-1); all of them if there is only one.
+func upperHalf(all cpuset.CPUSet) cpuset.CPUSet {
+	l := all.List()
+	return cpuset.New(l[len(l)/2:]...)
+}
+
+func scenarioNames() []string {
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.Name
+	}
+	return names
+}
+
+func scenarioByName(name string) (scenario, bool) {
+	for _, s := range scenarios {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return scenario{}, false
+}

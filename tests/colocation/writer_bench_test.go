@@ -1,0 +1,142 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/isolation/isolationtest"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/plugins/cpu"
+	"github.com/tidalqos/tidal/plugins/memory"
+	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/sysadvisor/advisor"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+	"github.com/tidalqos/tidal/sysadvisor/metrics"
+	"github.com/tidalqos/tidal/sysadvisor/topology"
+)
+
+// The agent's hot paths with 200 workloads on real cgroups (root; skipped otherwise):
+//
+//	sudo go test -run '^$' -bench . ./tests/colocation
+//
+// Each benchmark owns a uniquely named cgroup root, removed at the end.
+
+const benchWorkloads = 200
+
+// benchNode is a cgroup tree like the agent's, with 200 workloads (half shared, half
+// reclaimed), written through the project's one cgroup write path.
+type benchNode struct {
+	layout    *cgroupfs.Layout
+	topo      *topology.Topology
+	writer    *isolation.Writer
+	root      string
+	workloads []plugins.Workload
+	idle      bool
+}
+
+func newBenchNode(b *testing.B) *benchNode {
+	layout := isolationtest.Layout(b)
+	root := isolationtest.RootName(b, layout)
+	topo, err := topology.Discover("/sys", "/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := isolation.NewWriter(layout, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := &benchNode{layout: layout, topo: topo, writer: w, root: root, idle: w.SupportsIdle()}
+	for i := 0; i < benchWorkloads; i++ {
+		tier := qos.Shared
+		if i%2 == 1 {
+			tier = qos.Reclaimed
+		}
+		name := fmt.Sprintf("w-%03d", i)
+		n.workloads = append(n.workloads, plugins.Workload{Name: name, Tier: tier,
+			Cgroup: plugins.WorkloadPath(root, tier, name), DedicatedCPUs: cpuset.New()})
+	}
+	return n
+}
+
+// tree is the desired cgroup tree when the node lends lentMilli, built as the agent does.
+func (n *benchNode) tree(lentMilli int64) []plugins.Cgroup {
+	perNode := map[int]int64{}
+	for _, nn := range n.topo.NUMANodes {
+		perNode[nn.ID] = lentMilli / int64(len(n.topo.NUMANodes))
+	}
+	pools := cpu.ComputePools(n.topo, cpuset.New(), cpuset.New(), perNode)
+	t := plugins.NewTree(n.root, n.workloads)
+	cpu.Fill(t, n.topo.AllCPUs(), pools, lentMilli, n.workloads, n.idle)
+	memory.Fill(t, 4<<30, n.workloads)
+	return t.Cgroups()
+}
+
+func (n *benchNode) apply(b *testing.B, lentMilli int64) {
+	if err := n.writer.Apply(n.tree(lentMilli)); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkApply200Unchanged is one full write pass over an unchanged tree: the steady state
+// of the slow loop, where write-on-change makes it a walk over remembered values.
+func BenchmarkApply200Unchanged(b *testing.B) {
+	n := newBenchNode(b)
+	n.apply(b, 1200) // creates the cgroups and writes every knob once
+	for b.Loop() {
+		n.apply(b, 1200)
+	}
+}
+
+// BenchmarkApply200QuotaChange is a write pass in which lending changes every time: the
+// reclaimed tier's CFS quota is rewritten (the tier caps its workloads as a whole, so that is
+// one write), the rest of the tree is unchanged.
+func BenchmarkApply200QuotaChange(b *testing.B) {
+	n := newBenchNode(b)
+	n.apply(b, 1200)
+	lent := []int64{1400, 1200}
+	for i := 0; b.Loop(); i++ {
+		n.apply(b, lent[i%2])
+	}
+}
+
+// BenchmarkSlowPassParts200 is the work of one slow-loop pass, rebuilt from the exported parts
+// the agent's pass uses (its own function is internal to the agent): read node CPU, memory and
+// pressure, read each workload's processes, CPU and memory, one advisor step, plan to settings,
+// and the write pass (unchanged lending).
+func BenchmarkSlowPassParts200(b *testing.B) {
+	n := newBenchNode(b)
+	n.apply(b, 1200)
+	adv := advisor.New(advisor.Config{MinReclaimedMilliCPU: 100, SafetyMarginMilliCPU: 250, SafetyMarginRatio: 0.1,
+		GrowStepMilliCPU: 250, PeakWindow: 30 * time.Second, SpikeThreshold: 0.8,
+		ReservedSystemBytes: 1 << 30, MinReclaimedBytes: 256 << 20, SafetyMarginBytes: 512 << 20, GrowStepBytes: 1 << 30})
+	start := time.Now()
+	for i := 0; b.Loop(); i++ {
+		cpus, err := metrics.ReadCPUTimes("/proc")
+		if err != nil {
+			b.Fatal(err)
+		}
+		mem, err := metrics.ReadMemory("/proc")
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = metrics.ReadPressure("/proc", "memory")
+		for _, w := range n.workloads {
+			_, _ = n.layout.Procs(w.Cgroup, true)
+			_, _ = n.layout.CPUUsage(w.Cgroup)
+			_, _ = n.layout.MemoryUsage(w.Cgroup)
+		}
+		s := advisor.Sample{Time: start.Add(time.Duration(i) * time.Second), NUMA: map[int]advisor.NUMASample{},
+			MemoryTotalBytes: mem.TotalBytes, MemoryOnlineBytes: mem.TotalBytes - mem.AvailableBytes}
+		for _, nn := range n.topo.NUMANodes {
+			s.NUMA[nn.ID] = advisor.NUMASample{PoolMilliCPU: int64(nn.CPUs.Size()) * 1000, OnlineMilliCPU: int64(len(cpus)) * 100}
+		}
+		adv.Step(s)
+		n.apply(b, 1200)
+	}
+}
