@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ type node struct {
 	config string
 	socket string
 	agent  *exec.Cmd
-	log    *bytes.Buffer
+	log    *syncBuffer
 	client *agent.Client
 }
 
@@ -75,7 +76,7 @@ func newNode(t testing.TB, extra string) *node {
 // start runs the agent and waits until it answers.
 func (n *node) start() {
 	n.t.Helper()
-	n.log = &bytes.Buffer{}
+	n.log = &syncBuffer{}
 	n.agent = exec.Command(tidalBin, "agent", "--config", n.config)
 	n.agent.Stdout, n.agent.Stderr = n.log, n.log
 	if err := n.agent.Start(); err != nil {
@@ -105,10 +106,34 @@ func (n *node) kill9() {
 	_, _ = n.agent.Process.Wait()
 }
 
+// syncBuffer is an output buffer a test may read while the process still writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
 // run starts `tidal run ARGS` in its own process group, killed at the end of the test.
-func (n *node) run(args ...string) (*exec.Cmd, *bytes.Buffer) {
+func (n *node) run(args ...string) (*exec.Cmd, *syncBuffer) {
 	n.t.Helper()
-	out := &bytes.Buffer{}
+	out := &syncBuffer{}
 	cmd := exec.Command(tidalBin, append([]string{"run", "--socket", n.socket}, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
