@@ -49,7 +49,7 @@ func RootName(t testing.TB, layout *cgroupfs.Layout) string {
 func Cleanup(t testing.TB, layout *cgroupfs.Layout, root string) {
 	t.Helper()
 	dirs := map[string]bool{}
-	for _, mount := range mounts(layout) {
+	for _, mount := range layout.Mounts() {
 		top := filepath.Join(mount, root)
 		if _, err := os.Stat(top); err != nil {
 			continue
@@ -87,15 +87,4 @@ func killAll(layout *cgroupfs.Layout, root string) {
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-}
-
-func mounts(layout *cgroupfs.Layout) []string {
-	if layout.Version == cgroupfs.V2 {
-		return []string{layout.Unified}
-	}
-	var out []string
-	for _, m := range layout.Controllers() {
-		out = append(out, m)
-	}
-	return out
 }

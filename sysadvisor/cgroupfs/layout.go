@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -153,4 +154,18 @@ func (l *Layout) Dir(controller, rel string) string {
 func (l *Layout) Exists(rel string) bool {
 	_, err := os.Stat(l.Dir("cpu", rel))
 	return err == nil
+}
+
+// Mounts lists the hierarchies tidal uses, sorted: the unified mount, or one per v1
+// controller mount.
+func (l *Layout) Mounts() []string {
+	if l.Version == V2 {
+		return []string{l.Unified}
+	}
+	var out []string
+	for _, m := range l.Controllers() {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
 }

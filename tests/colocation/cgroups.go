@@ -21,7 +21,7 @@ import (
 // tidal agent built under it, is done here.
 func removeTree(layout *cgroupfs.Layout, rel string) error {
 	var dirs []string
-	for _, mount := range mounts(layout) {
+	for _, mount := range layout.Mounts() {
 		_ = filepath.WalkDir(filepath.Join(mount, rel), func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				dirs = append(dirs, p)
@@ -64,17 +64,4 @@ func killProcs(dir string) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-}
-
-// mounts lists the hierarchies tidal uses: the unified mount, or one per v1 controller.
-func mounts(layout *cgroupfs.Layout) []string {
-	if layout.Version == cgroupfs.V2 {
-		return []string{layout.Unified}
-	}
-	var out []string
-	for _, m := range layout.Controllers() {
-		out = append(out, m)
-	}
-	sort.Strings(out)
-	return out
 }
