@@ -120,7 +120,7 @@ func TestDedicatedCoresAreExclusive(t *testing.T) {
 
 // Raising online load shrinks the reclaimed pool at once and the burner's CPU share falls.
 func TestOnlineLoadShrinksReclaimed(t *testing.T) {
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 3s\n")
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 3s\n  spikeThreshold: 0.5\n")
 	n.start()
 	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
 	burn := n.waitWorkload("burn")
