@@ -16,8 +16,8 @@
 // plot per scenario into -out. With -overhead it measures only the agent's own CPU and memory
 // with 200 workloads.
 //
-//	sudo go run ./tests/colocation -out bench-results          (about 25 minutes)
-//	sudo go run ./tests/colocation -out /tmp/bench -quick      (about 6 minutes)
+//	go run ./tests/colocation -out bench-results          (as root; about 25 minutes)
+//	go run ./tests/colocation -out /tmp/bench -quick      (about 6 minutes)
 //
 // docs/benchmark.md explains the method and how to read the results.
 package main
@@ -90,7 +90,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.overheadWorkloads, "overhead-workloads", 200, "light workloads admitted for the overhead measurement")
 	quick := fs.Bool("quick", false, "a short run to try things out: -day 12s -warmup 3s -overhead-duration 15s unless set")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: sudo go run ./tests/colocation -out DIR [flags]")
+		fmt.Fprintln(fs.Output(), "Usage (as root): go run ./tests/colocation -out DIR [flags]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -157,7 +157,7 @@ func main() {
 		os.Exit(2)
 	}
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "colocation: must run as root: it creates cgroups (try: sudo make bench)")
+		fmt.Fprintln(os.Stderr, "colocation: must run as root: it creates cgroups")
 		os.Exit(2)
 	}
 	// Ctrl-C cancels the context: the run in progress stops, and everything is cleaned up.

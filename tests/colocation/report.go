@@ -223,6 +223,9 @@ func writeMissedSpikes(w io.Writer, res results) {
 		if last, ok := t.lastThrottleBefore(from.Seconds()); ok {
 			fmt.Fprintf(w, "; the fast path had last fired %.1f s into the day (%s), and that usage held lending down for cpu.peakWindow",
 				last, phaseNameAt(phases, last))
+		} else {
+			fmt.Fprintf(w, "; the slow loop had already shrunk it to its minimum from the online peak it saw (all CPU use but reclaimed work's, "+
+				"whatever else runs on the machine included; its shrink actions are in results.json)")
 		}
 		fmt.Fprintf(w, ".\n")
 	}
