@@ -66,6 +66,14 @@ type Change struct {
 	Reason string
 }
 
+// Slow-loop shrinks smaller than these are noise in the usage figures, well inside the safety
+// margins: ignoring them keeps cgroup writes and the action log for real changes. The fast
+// path and resets are not damped.
+const (
+	cpuDeadband    = 50       // millicores
+	memoryDeadband = 64 << 20 // bytes
+)
+
 type point struct {
 	t time.Time
 	v int64
@@ -168,7 +176,7 @@ func (a *Advisor) Step(s Sample) []Change {
 		if !known {
 			cur = a.minCPU(node)
 		}
-		next, kind := approach(cur, target, a.cfg.GrowStepMilliCPU)
+		next, kind := approach(cur, target, a.cfg.GrowStepMilliCPU, cpuDeadband)
 		if kind != "" {
 			changes = append(changes, Change{kind, fmt.Sprintf("numa %d: online peak %dm of pool %dm over %s: reclaimed CPU %dm -> %dm", node, peak, ns.PoolMilliCPU, a.cfg.PeakWindow, cur, next)})
 		}
@@ -185,7 +193,7 @@ func (a *Advisor) Step(s Sample) []Change {
 	peak := peakOf(a.mem)
 	target := max(a.memCap-peak-a.cfg.SafetyMarginBytes, a.cfg.MinReclaimedBytes)
 	cur := a.plan.ReclaimedMemory
-	next, kind := approach(cur, target, a.cfg.GrowStepBytes)
+	next, kind := approach(cur, target, a.cfg.GrowStepBytes, memoryDeadband)
 	if kind != "" {
 		changes = append(changes, Change{kind, fmt.Sprintf("online memory peak %s of %s: reclaimed memory %s -> %s", bytes(peak), bytes(s.MemoryTotalBytes), bytes(cur), bytes(next))})
 	}
@@ -194,10 +202,13 @@ func (a *Advisor) Step(s Sample) []Change {
 	return changes
 }
 
-// approach moves cur toward target: down at once, up by at most step. kind is "shrink",
-// "grow" or "" when nothing moved.
-func approach(cur, target, step int64) (next int64, kind string) {
+// approach moves cur toward target: down at once (unless by less than deadband), up by at
+// most step. kind is "shrink", "grow" or "" when nothing moved.
+func approach(cur, target, step, deadband int64) (next int64, kind string) {
 	switch {
+	case target < cur && cur-target < deadband:
+		// Noise, not a change of demand: keep the plan (and the action log) still.
+		return cur, ""
 	case target < cur:
 		return target, "shrink"
 	case target > cur:

@@ -173,3 +173,20 @@ func TestInitLendsTheMinimumPerNode(t *testing.T) {
 		t.Fatalf("after Init plan = %+v, primed %v", p, a.Primed())
 	}
 }
+
+func TestSmallShrinksAreNoise(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(0, 0)
+	for i := 0; i < 20; i++ {
+		a.Step(sample(t0, i, 500))
+	}
+	before := a.Plan()
+	s := sample(t0, 20, 530) // 30m more online use, 33m less to lend: inside the deadband
+	s.MemoryOnlineBytes += 16 << 20
+	if ch := a.Step(s); len(ch) != 0 {
+		t.Errorf("a 33m / 16MiB change moved the plan: %+v", ch)
+	}
+	if after := a.Plan(); after.ReclaimedMilliCPU[0] != before.ReclaimedMilliCPU[0] || after.ReclaimedMemory != before.ReclaimedMemory {
+		t.Errorf("plan moved: %+v -> %+v", before, after)
+	}
+}
