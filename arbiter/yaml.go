@@ -349,51 +349,10 @@ func parseRoot(name string, data []byte, what string) (root *yaml.Node, err erro
 }
 
 // yamlError turns a YAML syntax error ("yaml: line 3: did not find expected key") into an
-// Error with file and line. The YAML library counts lines from 1 in scanner errors but from 0
-// in parser errors; this puts both on a 1-based count (as agent/config does).
+// Error with file and line, counted as agent/config does.
 func yamlError(name string, err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, after, ok := strings.Cut(rest, ": "); ok {
-			if v, err := strconv.Atoi(n); err == nil {
-				line, msg = v, after
-			}
-		}
-	}
-	switch {
-	case yamlParserProblems[msg]:
-		line++
-	case line == 0 && isYAMLScannerProblem(msg):
-		line = 1
-	}
+	line, msg := config.YAMLErrorLine(err)
 	return &Error{File: name, Line: line, Msg: "invalid YAML: " + msg}
-}
-
-// yamlParserProblems are the messages of the YAML library's parser errors.
-var yamlParserProblems = map[string]bool{
-	"did not find expected ',' or ']'":       true,
-	"did not find expected ',' or '}'":       true,
-	"did not find expected '-' indicator":    true,
-	"did not find expected <document start>": true,
-	"did not find expected <stream-start>":   true,
-	"did not find expected key":              true,
-	"did not find expected node content":     true,
-	"found duplicate %TAG directive":         true,
-	"found duplicate %YAML directive":        true,
-	"found incompatible YAML document":       true,
-	"found undefined tag handle":             true,
-}
-
-// isYAMLScannerProblem tells the YAML library's scanner errors, which have a position, from
-// its other errors (unknown anchor, bad UTF-8), which may not.
-func isYAMLScannerProblem(msg string) bool {
-	for _, p := range []string{"did not find ", "could not find ", "found ", "block sequence entries are not allowed", "mapping keys are not allowed", "mapping values are not allowed", "exceeded max depth"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
 }
 
 func joinKey(prefix, key string) string {

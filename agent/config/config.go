@@ -353,8 +353,14 @@ func parseYAML(name string, data []byte) (*yaml.Node, error) {
 // parser errors, and leaves the line out when its count is 0; this puts
 // both on a 1-based count.
 func yamlError(name string, err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
+	line, msg := YAMLErrorLine(err)
+	return &Error{File: name, Line: line, Msg: "invalid YAML: " + msg}
+}
+
+// YAMLErrorLine splits a YAML syntax error into its 1-based line (0 when it has none) and
+// message; the arbiter's policy parser shares it.
+func YAMLErrorLine(err error) (line int, msg string) {
+	msg = strings.TrimPrefix(err.Error(), "yaml: ")
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if n, after, ok := strings.Cut(rest, ": "); ok {
 			if v, err := strconv.Atoi(n); err == nil {
@@ -368,7 +374,7 @@ func yamlError(name string, err error) error {
 	case line == 0 && isYAMLScannerProblem(msg):
 		line = 1
 	}
-	return &Error{File: name, Line: line, Msg: "invalid YAML: " + msg}
+	return line, msg
 }
 
 // yamlParserProblems are the messages of the YAML library's parser errors.
