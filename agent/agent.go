@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/cpuset"
 
 	"github.com/tidalqos/tidal/agent/config"
@@ -36,6 +37,8 @@ import (
 // workload is the agent's record of one managed workload.
 type workload struct {
 	plugins.Workload
+	// pod is the pod behind a kubelet-owned workload (nil until the watch delivers it).
+	pod      *corev1.Pod
 	evicting bool
 	pids     []int
 	cpuMilli int64
@@ -56,7 +59,8 @@ type Agent struct {
 	// stateLock is held while the agent runs (see lockStateDir).
 	stateLock *os.File
 	gpus      *gpus
-	lease     *leasing // nil without an arbiter
+	lease     *leasing    // nil without an arbiter
+	kube      *kubeSource // nil in standalone mode
 
 	mu        sync.Mutex
 	advisor   *advisor.Advisor
@@ -145,6 +149,9 @@ func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
 	if a.lease, err = newLeasing(cfg); err != nil {
 		return nil, err
 	}
+	if a.kube, err = newKubeSource(cfg, a); err != nil {
+		return nil, err
+	}
 	if a.gpus, err = newGPUs(sysgpu.Open(log)); err != nil {
 		return nil, err
 	}
@@ -228,6 +235,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.reportLoop(ctx) }()
 	}
+	if a.kube != nil {
+		wg.Add(1)
+		go a.runKubernetes(ctx, wg.Done)
+	}
 	if a.cfg.Loops.PSITrigger {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.watchPressure(ctx) }()
@@ -291,9 +302,10 @@ func (a *Agent) pluginWorkloads() []plugins.Workload {
 	return out
 }
 
-// dedicatedCPUsLocked are all cores owned by dedicated workloads.
+// dedicatedCPUsLocked are all cores owned by dedicated workloads, and those the kubelet's
+// CPU manager gave exclusively.
 func (a *Agent) dedicatedCPUsLocked() cpuset.CPUSet {
-	all := cpuset.New()
+	all := a.kubeletExclusiveLocked()
 	for _, w := range a.workloads {
 		all = all.Union(w.DedicatedCPUs)
 	}

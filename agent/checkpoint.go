@@ -33,6 +33,8 @@ type checkpointWorkload struct {
 	Started         time.Time `json:"started"`
 	GPUs            []string  `json:"gpus,omitempty"`
 	Queue           string    `json:"queue,omitempty"`
+	KubeletOwned    bool      `json:"kubeletOwned,omitempty"`
+	KubeletCPUs     bool      `json:"kubeletCPUs,omitempty"`
 }
 
 type checkpointFile struct {
@@ -61,6 +63,7 @@ func saveCheckpoint(dir string, ws []plugins.Workload) error {
 			Name: w.Name, Tier: w.Tier, Cgroup: w.Cgroup, DedicatedCPUs: w.DedicatedCPUs.String(),
 			NUMABinding: w.NUMABinding, MilliCPU: w.MilliCPU, MemoryLimit: w.MemoryLimit,
 			ReclaimPriority: w.ReclaimPriority, Started: w.Started, GPUs: w.GPUs, Queue: w.Queue,
+			KubeletOwned: w.KubeletOwned, KubeletCPUs: w.KubeletCPUs,
 		})
 	}
 	sum, err := checksum(f.Workloads)
@@ -116,7 +119,7 @@ func loadCheckpoint(dir string) ([]plugins.Workload, error) {
 		out = append(out, plugins.Workload{
 			Name: c.Name, Tier: c.Tier, Cgroup: c.Cgroup, DedicatedCPUs: cpus, NUMABinding: c.NUMABinding,
 			MilliCPU: c.MilliCPU, MemoryLimit: c.MemoryLimit, ReclaimPriority: c.ReclaimPriority, Started: c.Started,
-			GPUs: c.GPUs, Queue: c.Queue,
+			GPUs: c.GPUs, Queue: c.Queue, KubeletOwned: c.KubeletOwned, KubeletCPUs: c.KubeletCPUs,
 		})
 	}
 	return out, nil

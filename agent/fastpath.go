@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/tidalqos/tidal/plugins"
@@ -36,52 +37,32 @@ func (f *fastWindow) add(now time.Time, used time.Duration) (int64, bool) {
 	return milli(used-f.used[0], span), true
 }
 
-// fastLoop samples online tiers' CPU counters every fast interval and shrinks lending at once
-// when online work spikes; the slow loop grows it back later.
+// fastLoop samples online work's CPU counters every fast interval and shrinks lending at
+// once when online work spikes; the slow loop grows it back later.
 func (a *Agent) fastLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.Loops.FastInterval)
 	defer t.Stop()
-	online := []string{plugins.TierPath(a.cfg.Cgroup.Root, qos.Shared)}
-	if a.cfg.CPU.ReservedSystemCPUs.IsEmpty() {
-		// Without reserved CPUs the system tier runs in the shared pool too.
-		online = append(online, plugins.TierPath(a.cfg.Cgroup.Root, qos.System))
-	}
-	counters := make([]*cgroupfs.CPUCounter, len(online))
-	defer func() {
-		for _, c := range counters {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}()
-	// read sums the online tiers' counters, reopening one that fails (a tier cgroup
-	// re-created after someone removed it).
-	read := func() (time.Duration, bool) {
-		var used time.Duration
-		for i, p := range online {
-			if counters[i] == nil {
-				c, err := a.layout.OpenCPUCounter(p)
-				if err != nil {
-					return 0, false
-				}
-				counters[i] = c
-			}
-			u, err := counters[i].Read()
-			if err != nil {
-				counters[i].Close()
-				counters[i] = nil
-				return 0, false
-			}
-			used += u
-		}
-		return used, true
-	}
+	c := onlineCounters{layout: a.layout, open: map[string]*cgroupfs.CPUCounter{}}
+	defer c.close()
+	ticks := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case tick := <-t.C:
-			used, ok := read()
+			// Which cgroups hold online work changes as pods come and go: look again about
+			// once a second. A changed set makes the cumulative sum jump, so the window
+			// starts over.
+			if ticks%onlineRefreshTicks == 0 {
+				a.mu.Lock()
+				plus, minus := a.onlineCgroupsLocked()
+				a.mu.Unlock()
+				if c.set(plus, minus) {
+					a.fast = newFastWindow(a.cfg.Loops.FastWindow)
+				}
+			}
+			ticks++
+			used, ok := c.read()
 			if !ok {
 				continue
 			}
@@ -93,6 +74,83 @@ func (a *Agent) fastLoop(ctx context.Context) {
 			}
 			a.metrics.ObserveLoop("fast", time.Since(tick))
 		}
+	}
+}
+
+// onlineRefreshTicks fast ticks pass between two looks at which cgroups hold online work.
+const onlineRefreshTicks = 100
+
+// onlineCounters sums the CPU time of the plus cgroups less that of the minus ones, keeping
+// each counter open (a pread per tick, no open or path walk).
+type onlineCounters struct {
+	layout      *cgroupfs.Layout
+	plus, minus []string
+	open        map[string]*cgroupfs.CPUCounter
+}
+
+// set changes the cgroups counted and reports whether they changed.
+func (c *onlineCounters) set(plus, minus []string) bool {
+	if slices.Equal(plus, c.plus) && slices.Equal(minus, c.minus) {
+		return false
+	}
+	c.plus, c.minus = plus, minus
+	keep := map[string]bool{}
+	for _, p := range append(append([]string(nil), plus...), minus...) {
+		keep[p] = true
+	}
+	for p, ctr := range c.open {
+		if !keep[p] {
+			ctr.Close()
+			delete(c.open, p)
+		}
+	}
+	return true
+}
+
+// read sums the counters, reopening one that fails (a tier cgroup re-created after someone
+// removed it). A plus cgroup that cannot be read fails the reading; a minus one (a pod that
+// just ended) counts as zero.
+func (c *onlineCounters) read() (time.Duration, bool) {
+	var used time.Duration
+	for i, group := range [][]string{c.plus, c.minus} {
+		for _, p := range group {
+			u, err := c.readOne(p)
+			if err != nil {
+				if i == 0 {
+					return 0, false
+				}
+				continue
+			}
+			if i == 0 {
+				used += u
+			} else {
+				used -= u
+			}
+		}
+	}
+	return max(used, 0), true
+}
+
+func (c *onlineCounters) readOne(p string) (time.Duration, error) {
+	ctr := c.open[p]
+	if ctr == nil {
+		var err error
+		if ctr, err = c.layout.OpenCPUCounter(p); err != nil {
+			return 0, err
+		}
+		c.open[p] = ctr
+	}
+	u, err := ctr.Read()
+	if err != nil {
+		ctr.Close()
+		delete(c.open, p)
+	}
+	return u, err
+}
+
+func (c *onlineCounters) close() {
+	for _, ctr := range c.open {
+		ctr.Close()
 	}
 }
 

@@ -9,9 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/eviction"
-	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
 )
@@ -80,6 +78,9 @@ func (a *Agent) slowPass(ctx context.Context) {
 		}
 		a.maybeEvictLocked(ctx, s)
 	}
+	if a.kube != nil {
+		a.kubePassLocked()
+	}
 	a.observeGPUsLocked(start)
 	a.enforceLeaseLocked(ctx, start)
 	a.collectExitedLocked()
@@ -105,12 +106,7 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 		return s, false, err
 	}
 	s.pressure, _ = metrics.ReadPressure("/proc", "memory") // absent on kernels without PSI
-	reclaimedPath := plugins.TierPath(a.cfg.Cgroup.Root, qos.Reclaimed)
-	reclaimedCPU, err := a.layout.CPUUsage(reclaimedPath)
-	if err != nil {
-		return s, false, err
-	}
-	reclaimedMem, err := a.layout.MemoryUsage(reclaimedPath)
+	reclaimedCPU, reclaimedMem, err := a.reclaimedUsageLocked()
 	if err != nil {
 		return s, false, err
 	}
@@ -148,6 +144,26 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 	return s, true, nil
 }
 
+// reclaimedUsageLocked sums the CPU time and memory of reclaimed work. tidal's own tier must
+// be readable; a pod's cgroup may be gone already (the pod just ended).
+func (a *Agent) reclaimedUsageLocked() (time.Duration, int64, error) {
+	var cpu time.Duration
+	var mem int64
+	for i, p := range a.reclaimedCgroupsLocked() {
+		c, err := a.layout.CPUUsage(p)
+		if err == nil {
+			var m int64
+			if m, err = a.layout.MemoryUsage(p); err == nil {
+				cpu, mem = cpu+c, mem+m
+			}
+		}
+		if err != nil && i == 0 {
+			return 0, 0, err
+		}
+	}
+	return cpu, mem, nil
+}
+
 // sampleWorkloadsLocked refreshes each workload's processes, CPU rate and memory.
 func (a *Agent) sampleWorkloadsLocked(now time.Time) {
 	for _, w := range a.workloads {
@@ -157,7 +173,8 @@ func (a *Agent) sampleWorkloadsLocked(now time.Time) {
 		}
 		// Workload cgroups are leaves: a plain read, no directory walk. A failed read keeps
 		// the last list: an unreadable cgroup is not an exited workload.
-		if pids, err := a.layout.Procs(w.Cgroup, false); err == nil {
+		// A pod's processes are in its containers' cgroups.
+		if pids, err := a.layout.Procs(w.Cgroup, w.KubeletOwned); err == nil {
 			w.pids = pids
 		} else if !errors.Is(err, os.ErrNotExist) {
 			a.log.Warn("cannot list a workload's processes", "cgroup", w.Cgroup, "err", err)
@@ -179,6 +196,9 @@ func (a *Agent) sampleWorkloadsLocked(now time.Time) {
 // collectExitedLocked forgets workloads whose processes are all gone.
 func (a *Agent) collectExitedLocked() {
 	for _, w := range a.workloads {
+		if w.KubeletOwned {
+			continue // pods come and go with the pod watch
+		}
 		if len(w.pids) == 0 && time.Since(w.Started) > time.Second {
 			why := "exited"
 			if w.evicting {
@@ -220,9 +240,16 @@ func (a *Agent) maybeEvictLocked(ctx context.Context, s sample) {
 // evictLocked stops a workload: SIGTERM to every process, SIGKILL after the grace period,
 // then the workload is forgotten. The wait runs in a goroutine Run waits for.
 func (a *Agent) evictLocked(ctx context.Context, w *workload, label, reason string) {
+	if w.KubeletOwned && w.pod == nil {
+		return // restored from the checkpoint, not yet seen by the pod watch
+	}
 	w.evicting = true
 	a.lastEvict = time.Now()
 	a.actionLocked("evict", label, reason)
+	if w.KubeletOwned {
+		a.evictPodLocked(ctx, w, reason)
+		return
+	}
 	if _, err := a.writer.Signal(w.Cgroup, syscall.SIGTERM); err != nil {
 		a.log.Warn("SIGTERM failed", "workload", w.Name, "err", err)
 	}

@@ -204,7 +204,10 @@ func (a *Agent) Release(name string) error {
 func (a *Agent) forgetLocked(w *workload, kind, why string) {
 	delete(a.workloads, w.Name)
 	a.gpus.tracker.Release(w.Name)
-	if err := a.writer.Remove(w.Cgroup); err != nil {
+	if w.KubeletOwned {
+		// The kubelet removes a pod's cgroup; tidal only stops tracking it.
+		a.writer.ForgetPath(w.Cgroup)
+	} else if err := a.writer.Remove(w.Cgroup); err != nil {
 		a.log.Warn("cannot remove workload cgroup", "cgroup", w.Cgroup, "err", err)
 	}
 	a.saveLocked()
@@ -230,6 +233,12 @@ func (a *Agent) restore() error {
 	byPath := map[string]plugins.Workload{}
 	for _, w := range saved {
 		byPath[w.Cgroup] = w
+		// A pod's workload is kept while its cgroup is there, so its cores do not move; the
+		// pod watch confirms or drops it once it has synced.
+		if w.KubeletOwned && a.kube != nil && a.layout.Exists(w.Cgroup) {
+			pids, _ := a.layout.Procs(w.Cgroup, true)
+			a.workloads[w.Name] = &workload{Workload: w, pids: pids}
+		}
 	}
 	for _, tier := range qos.AllTiers() {
 		tierPath := plugins.TierPath(a.cfg.Cgroup.Root, tier)
@@ -300,7 +309,9 @@ func (a *Agent) Teardown() error {
 	defer a.mu.Unlock()
 	var errs []error
 	for _, w := range a.workloads {
-		errs = append(errs, a.writer.Remove(w.Cgroup))
+		if !w.KubeletOwned {
+			errs = append(errs, a.writer.Remove(w.Cgroup))
+		}
 	}
 	a.workloads = map[string]*workload{}
 	for _, tier := range qos.AllTiers() {

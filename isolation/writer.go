@@ -77,8 +77,21 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 	sort.SliceStable(nodes, func(i, j int) bool { return depth(nodes[i].Path) < depth(nodes[j].Path) })
 	wants := make([]map[knob]string, len(nodes))
 	var errs []error
+	nodeErrs := make([][]error, len(nodes))
+	fail := func(i int, err error) {
+		if err != nil {
+			nodeErrs[i] = append(nodeErrs[i], err)
+		}
+	}
 	for i, n := range nodes {
-		if err := w.ensure(n.Path); err != nil {
+		if n.Foreign {
+			// Someone else's cgroup (a pod's): written while it exists, never created. One
+			// that is gone (a pod that just ended) is not an error.
+			if !w.layout.Exists(n.Path) {
+				delete(w.known, n.Path)
+				continue
+			}
+		} else if err := w.ensure(n.Path); err != nil {
 			// Nothing to write to: leave this cgroup (and its knobs) out of both passes.
 			errs = append(errs, err)
 			continue
@@ -98,16 +111,16 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 			}
 			cur, err := w.current(n.Path, k)
 			if err != nil {
-				errs = append(errs, err)
+				fail(i, err)
 				continue
 			}
 			if widened := union(cur, v); widened != cur {
-				errs = append(errs, w.write(n.Path, k, widened))
+				fail(i, w.write(n.Path, k, widened))
 			}
 		}
 		if v, ok := wants[i][knobQuota]; ok {
 			if cur, err := w.current(n.Path, knobQuota); err == nil && quotaMicros(v) > quotaMicros(cur) {
-				errs = append(errs, w.write(n.Path, knobQuota, v))
+				fail(i, w.write(n.Path, knobQuota, v))
 			}
 		}
 	}
@@ -120,13 +133,21 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 			}
 			cur, err := w.current(nodes[i].Path, k)
 			if err != nil {
-				errs = append(errs, err)
+				fail(i, err)
 				continue
 			}
 			if cur != v {
-				errs = append(errs, w.write(nodes[i].Path, k, v))
+				fail(i, w.write(nodes[i].Path, k, v))
 			}
 		}
+	}
+	for i, n := range nodes {
+		if n.Foreign && nodeErrs[i] != nil && !w.layout.Exists(n.Path) {
+			// Removed by its owner while we wrote (a pod ending): not a failure of ours.
+			delete(w.known, n.Path)
+			continue
+		}
+		errs = append(errs, nodeErrs[i]...)
 	}
 	return errors.Join(errs...)
 }
@@ -182,6 +203,18 @@ func (w *Writer) Remove(path string) error {
 	}
 	w.log.Debug("cgroup remove", "path", path)
 	return nil
+}
+
+// ForgetPath drops what is remembered of a cgroup someone else removes (a pod's), without
+// touching it.
+func (w *Writer) ForgetPath(path string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for p := range w.known {
+		if p == path || strings.HasPrefix(p, path+"/") {
+			delete(w.known, p)
+		}
+	}
 }
 
 // Forget drops everything remembered, so the next Apply re-creates missing cgroups and

@@ -165,3 +165,38 @@ func TestAttachAndRemoveV1(t *testing.T) {
 		t.Error("cgroup still exists after Remove")
 	}
 }
+
+// Foreign cgroups (a pod's, made by the kubelet) are written while they exist and never
+// created; one that is gone is skipped without an error, so a pod ending fails nothing.
+func TestForeignCgroupsAreNeverCreated(t *testing.T) {
+	l := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	pod := root + "/kubepods/podA"
+	// The "kubelet" makes the pod's cgroup (with the writer, as any owner would) first.
+	if err := w.Apply([]plugins.Cgroup{{Path: root}, {Path: root + "/kubepods"}, {Path: pod}}); err != nil {
+		t.Fatal(err)
+	}
+	gone := root + "/kubepods/podGone"
+	err := w.Apply([]plugins.Cgroup{
+		{Path: pod, Foreign: true, Settings: plugins.Settings{CPUQuota: 500}},
+		{Path: gone, Foreign: true, Settings: plugins.Settings{CPUQuota: 500}},
+	})
+	if err != nil {
+		t.Fatalf("a missing foreign cgroup must not fail Apply: %v", err)
+	}
+	if l.Exists(gone) {
+		t.Fatalf("foreign cgroup %s was created", gone)
+	}
+	quota := "cpu.cfs_quota_us"
+	if l.Version == cgroupfs.V2 {
+		quota = "cpu.max"
+	}
+	if got := read(t, l, "cpu", pod, quota); !strings.HasPrefix(got, "50000") {
+		t.Fatalf("foreign cgroup not written: %s = %q", quota, got)
+	}
+	w.ForgetPath(pod)
+	if !l.Exists(pod) {
+		t.Fatal("ForgetPath removed the cgroup")
+	}
+}

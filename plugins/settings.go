@@ -37,4 +37,7 @@ type Settings struct {
 type Cgroup struct {
 	Path     string
 	Settings Settings
+	// Foreign cgroups belong to someone else (the kubelet): never created or removed, and
+	// skipped while they do not exist.
+	Foreign bool
 }

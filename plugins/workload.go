@@ -30,6 +30,17 @@ type Workload struct {
 	GPUs    []string
 	Started time.Time
 
+	// KubeletOwned: the cgroup is a pod's, made and removed by the kubelet. tidal never
+	// creates or removes it and writes only what its tier decides (pools, reclaimed caps);
+	// requests and limits stay the kubelet's.
+	KubeletOwned bool
+	// Containers are the pod's container cgroups (relative paths): on cgroup v1 a cpuset
+	// must be narrowed in every child too.
+	Containers []string
+	// KubeletCPUs: the kubelet's CPU manager gave DedicatedCPUs exclusively; their cpusets
+	// are the kubelet's and never written.
+	KubeletCPUs bool
+
 	// Usage, filled from the latest sample, for eviction ranking and status.
 	MemoryUsage int64
 }

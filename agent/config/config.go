@@ -73,6 +73,8 @@ type Config struct {
 	Status   Status   `yaml:"status"`
 	// Arbiter is the central arbiter the node reports to (optional).
 	Arbiter Arbiter `yaml:"arbiter"`
+	// Kubernetes configures the kubernetes mode (ignored standalone).
+	Kubernetes Kubernetes `yaml:"kubernetes"`
 }
 
 // Cgroup configures the cgroup hierarchy.
@@ -163,6 +165,33 @@ type Arbiter struct {
 	NodeLabels string `yaml:"nodeLabels"`
 }
 
+// Cgroup drivers of the kubelet.
+const (
+	DriverAuto     = "auto"
+	DriverCgroupfs = "cgroupfs"
+	DriverSystemd  = "systemd"
+)
+
+// Kubernetes configures how the agent finds pods, their cgroups and its Node.
+type Kubernetes struct {
+	// Kubeconfig is a kubeconfig file; "" means the in-cluster config.
+	Kubeconfig string `yaml:"kubeconfig"`
+	// CgroupDriver is the kubelet's: auto, cgroupfs or systemd.
+	CgroupDriver string `yaml:"cgroupDriver"`
+	// CgroupRoot is the kubelet's --cgroup-root, relative to each hierarchy.
+	CgroupRoot string `yaml:"cgroupRoot"`
+	// CPUManagerStateFile is the kubelet CPU manager's checkpoint: CPUs it gives
+	// exclusively count as dedicated and tidal never writes their cpusets.
+	CPUManagerStateFile string `yaml:"cpuManagerStateFile"`
+	// TierPolicy is the ConfigMap ("namespace/name") holding the tier policy.
+	TierPolicy string `yaml:"tierPolicy"`
+	// PublishMinChange and PublishMaxAge damp the Node's reclaimed capacity: a
+	// new value is published when it moved by this fraction of the published
+	// one, or when the published one is older than PublishMaxAge.
+	PublishMinChange float64       `yaml:"publishMinChange"`
+	PublishMaxAge    time.Duration `yaml:"publishMaxAge"`
+}
+
 // Status configures what `tidal status` shows.
 type Status struct {
 	// ActionHistory is how many recent actions are kept.
@@ -231,6 +260,14 @@ func Default() Config {
 		},
 		Arbiter: Arbiter{
 			ReportInterval: 10 * time.Second,
+		},
+		Kubernetes: Kubernetes{
+			CgroupDriver:        DriverAuto,
+			CgroupRoot:          "/",
+			CPUManagerStateFile: "/var/lib/kubelet/cpu_manager_state",
+			TierPolicy:          "tidal-system/tidal-tier-policy",
+			PublishMinChange:    0.1,
+			PublishMaxAge:       time.Minute,
 		},
 	}
 }

@@ -83,6 +83,14 @@ arbiter:
   tokenFile: /etc/tidal/token
   reportInterval: 30s
   nodeLabels: pool=batch,zone=a
+kubernetes:
+  kubeconfig: /etc/kubernetes/tidal.conf
+  cgroupDriver: systemd
+  cgroupRoot: /custom
+  cpuManagerStateFile: ""
+  tierPolicy: qos/tiers
+  publishMinChange: 0.05
+  publishMaxAge: 30s
 `
 
 func fullExampleConfig() Config {
@@ -123,6 +131,8 @@ func fullExampleConfig() Config {
 		Eviction: Eviction{GracePeriod: 0, CoolDown: 90 * time.Second},
 		Arbiter:  Arbiter{URL: "https://arbiter.example:9480", TokenFile: "/etc/tidal/token", ReportInterval: 30 * time.Second, NodeLabels: "pool=batch,zone=a"},
 		Status:   Status{ActionHistory: 20},
+		Kubernetes: Kubernetes{Kubeconfig: "/etc/kubernetes/tidal.conf", CgroupDriver: DriverSystemd, CgroupRoot: "/custom",
+			TierPolicy: "qos/tiers", PublishMinChange: 0.05, PublishMaxAge: 30 * time.Second},
 	}
 }
 
@@ -275,7 +285,7 @@ func TestLoadNamesFile(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, memory, loops, eviction, status, arbiter"
+	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, memory, loops, eviction, status, arbiter, kubernetes"
 	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {

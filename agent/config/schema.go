@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -251,6 +252,40 @@ var schema = []*entry{
 				return err == nil
 			}),
 	),
+	section("kubernetes",
+		leaf("kubeconfig", kindString, func(c *Config) *string { return &c.Kubernetes.Kubeconfig },
+			`"" (the in-cluster config) or an absolute path`, func(s string) bool { return s == "" || absPath(s) }),
+		leaf("cgroupDriver", kindString, func(c *Config) *string { return &c.Kubernetes.CgroupDriver },
+			"one of auto, cgroupfs, systemd", oneOf(DriverAuto, DriverCgroupfs, DriverSystemd)),
+		leaf("cgroupRoot", kindString, func(c *Config) *string { return &c.Kubernetes.CgroupRoot },
+			`the kubelet's --cgroup-root, such as "/", without ".."`, cgroupRoot),
+		leaf("cpuManagerStateFile", kindString, func(c *Config) *string { return &c.Kubernetes.CPUManagerStateFile },
+			`"" (no CPU manager) or an absolute path such as "/var/lib/kubelet/cpu_manager_state"`,
+			func(s string) bool { return s == "" || absPath(s) }),
+		leaf("tierPolicy", kindString, func(c *Config) *string { return &c.Kubernetes.TierPolicy },
+			`a ConfigMap as "namespace/name", such as "tidal-system/tidal-tier-policy"`, namespacedName),
+		leaf("publishMinChange", kindFloat, func(c *Config) *float64 { return &c.Kubernetes.PublishMinChange },
+			"a number in [0, 1]", inRange(0, 1, false)),
+		leaf("publishMaxAge", kindDuration, func(c *Config) *time.Duration { return &c.Kubernetes.PublishMaxAge },
+			`a duration in [1s, 1h], such as "1m"`, func(d time.Duration) bool {
+				return d >= time.Second && d <= time.Hour
+			}),
+	),
+}
+
+// cgroupRoot accepts "/" or a path (leading slash optional) without "..".
+func cgroupRoot(s string) bool {
+	t := strings.Trim(s, "/")
+	return t == "" && s != "" || relPath(t)
+}
+
+// dnsName is a Kubernetes namespace or object name (RFC 1123 subdomain).
+var dnsName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+
+// namespacedName accepts "namespace/name".
+func namespacedName(s string) bool {
+	ns, name, ok := strings.Cut(s, "/")
+	return ok && len(ns) <= 63 && dnsName.MatchString(ns) && !strings.Contains(ns, ".") && dnsName.MatchString(name)
 }
 
 // httpURL accepts "" or an absolute http or https URL with a host.

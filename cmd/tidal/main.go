@@ -108,6 +108,8 @@ func versionString() string {
 func runAgent(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	configPath := fs.String("config", "", "YAML config file (see docs/config.md); defaults apply without one")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, over the config's nodeName (default $NODE_NAME, as a DaemonSet sets it)")
+	kubeconfig := fs.String("kubeconfig", "", "kubernetes mode: a kubeconfig file, over the config's kubernetes.kubeconfig")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,10 +120,13 @@ func runAgent(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	log := newLogger(cfg.LogLevel, os.Stderr)
-	if cfg.Mode != config.ModeStandalone {
-		return fmt.Errorf("mode %q is not available in this build: only standalone", cfg.Mode)
+	if *nodeName != "" {
+		cfg.NodeName = *nodeName
 	}
+	if *kubeconfig != "" {
+		cfg.Kubernetes.Kubeconfig = *kubeconfig
+	}
+	log := newLogger(cfg.LogLevel, os.Stderr)
 	a, err := agent.New(cfg, log)
 	if err != nil {
 		return err

@@ -119,3 +119,43 @@ func TestFillSettings(t *testing.T) {
 		t.Errorf("tree = %+v", cg)
 	}
 }
+
+// Pods (kubelet-owned cgroups): tidal writes its pools and the reclaimed caps, never an online
+// pod's quota, never a cpuset the kubelet's CPU manager owns, and narrows every container.
+func TestFillKubeletOwnedPods(t *testing.T) {
+	topo := twoNodes()
+	web := plugins.Workload{Name: "ns/web", Tier: qos.Shared, Cgroup: "kubepods/burstable/podw", KubeletOwned: true,
+		Containers: []string{"kubepods/burstable/podw/c1"}}
+	batch := plugins.Workload{Name: "ns/batch", Tier: qos.Reclaimed, Cgroup: "kubepods/besteffort/podb", KubeletOwned: true,
+		Containers: []string{"kubepods/besteffort/podb/c1", "kubepods/besteffort/podb/c2"}}
+	pinned := plugins.Workload{Name: "ns/pinned", Tier: qos.Dedicated, Cgroup: "kubepods/podp", KubeletOwned: true,
+		DedicatedCPUs: cpuset.New(3, 7), KubeletCPUs: true, Containers: []string{"kubepods/podp/c1"}}
+	ws := []plugins.Workload{web, batch, pinned}
+	pools := ComputePools(topo, cpuset.New(), cpuset.New(3, 7), map[int]int64{0: 1000, 1: 500})
+	tree := plugins.NewTree("tidal", ws)
+	Fill(tree, topo.AllCPUs(), pools, 1500, ws, true)
+	if s := *tree.Workload(web); s.CPUQuota != 0 || s.CPUs.Contains(3) {
+		t.Errorf("online pod: quota %d (want 0: the kubelet's), cpus %s", s.CPUQuota, s.CPUs)
+	}
+	if s := *tree.Workload(batch); s.CPUQuota != 1500 || s.CPUIdle != plugins.On {
+		t.Errorf("reclaimed pod: quota %d (want what is lent), idle %v", s.CPUQuota, s.CPUIdle)
+	}
+	if s := *tree.Workload(pinned); !s.CPUs.IsEmpty() {
+		t.Errorf("a cpuset the CPU manager owns is written: %s", s.CPUs)
+	}
+	containers := map[string]plugins.Cgroup{}
+	for _, c := range tree.Cgroups() {
+		if strings.HasPrefix(c.Path, "kubepods") {
+			if !c.Foreign {
+				t.Errorf("%s is not marked foreign", c.Path)
+			}
+			containers[c.Path] = c
+		}
+	}
+	if c := containers["kubepods/besteffort/podb/c2"]; !c.Settings.CPUs.Equals(tree.Workload(batch).CPUs) || c.Settings.CPUQuota != 0 {
+		t.Errorf("container of a reclaimed pod: %+v, want the pod's cpuset only", c.Settings)
+	}
+	if len(containers) != 7 {
+		t.Errorf("got %d pod and container cgroups, want 7", len(containers))
+	}
+}

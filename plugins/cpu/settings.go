@@ -47,6 +47,9 @@ func Fill(t *plugins.Tree, all cpuset.CPUSet, pools Pools, lentMilli int64, work
 		case qos.System:
 			*s = merge(*s, plugins.Settings{CPUs: system, Mems: allMems})
 		case qos.Dedicated:
+			if w.KubeletCPUs {
+				continue // the kubelet's CPU manager owns this cpuset
+			}
 			m := allMems
 			if w.NUMABinding {
 				m = cpuset.New()
@@ -61,6 +64,8 @@ func Fill(t *plugins.Tree, all cpuset.CPUSet, pools Pools, lentMilli int64, work
 			q := plugins.Unlimited
 			if w.MilliCPU > 0 {
 				q = w.MilliCPU
+			} else if w.KubeletOwned {
+				q = 0 // a pod's CPU limit is the kubelet's
 			}
 			*s = merge(*s, plugins.Settings{CPUs: shared, Mems: allMems, CPUQuota: q})
 		case qos.Reclaimed:
@@ -70,6 +75,9 @@ func Fill(t *plugins.Tree, all cpuset.CPUSet, pools Pools, lentMilli int64, work
 			q := plugins.Unlimited
 			if w.MilliCPU > 0 {
 				q = min(lentMilli, w.MilliCPU)
+			} else if w.KubeletOwned {
+				// A pod sits outside tidal's reclaimed tier, so the lent amount caps it itself.
+				q = lentMilli
 			}
 			*s = merge(*s, reclaimedSettings(reclaimed, allMems, q, idle))
 		}

@@ -20,8 +20,12 @@ func Fill(t *plugins.Tree, lent int64, workloads []plugins.Workload) {
 		if w.MemoryLimit > 0 {
 			limit = w.MemoryLimit
 		}
-		if w.Tier == qos.Reclaimed && limit > lent {
+		if w.Tier == qos.Reclaimed && (limit > lent || limit == plugins.Unlimited && w.KubeletOwned) {
+			// Outside tidal's reclaimed tier (a pod), the lent amount caps it itself.
 			limit = lent
+		}
+		if w.KubeletOwned && w.Tier != qos.Reclaimed {
+			limit = 0 // an online pod's memory limit is the kubelet's
 		}
 		t.Workload(w).MemoryLimit = limit
 	}

@@ -1,0 +1,99 @@
+package kube
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/tidalqos/tidal/qos"
+)
+
+// Extended resources a node lends to reclaimed pods.
+const (
+	ResourceReclaimedMilliCPU corev1.ResourceName = "tidalqos.io/reclaimed-millicpu"
+	ResourceReclaimedMemory   corev1.ResourceName = "tidalqos.io/reclaimed-memory"
+	ResourceReclaimedGPU      corev1.ResourceName = "tidalqos.io/reclaimed-gpu"
+)
+
+// Metadata is what qos.Classify reads from a pod.
+func Metadata(pod *corev1.Pod) qos.Metadata {
+	m := qos.Metadata{
+		Name:        pod.Namespace + "/" + pod.Name,
+		Namespace:   pod.Namespace,
+		Annotations: pod.Annotations,
+		Labels:      pod.Labels,
+	}
+	if pod.Spec.Priority != nil {
+		m.Priority = *pod.Spec.Priority
+	}
+	seen := map[corev1.ResourceName]bool{}
+	for _, c := range allContainers(pod) {
+		for name := range c.Resources.Requests {
+			seen[name] = true
+		}
+		for name := range c.Resources.Limits {
+			seen[name] = true
+		}
+	}
+	for name := range seen {
+		m.Requests = append(m.Requests, string(name))
+	}
+	sort.Strings(m.Requests)
+	return m
+}
+
+func allContainers(pod *corev1.Pod) []corev1.Container {
+	return append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
+}
+
+// Request is what a pod asks of a resource as the scheduler counts it: the sum over its
+// containers, or an init container's if larger (init containers run one at a time).
+func Request(pod *corev1.Pod, name corev1.ResourceName) resource.Quantity {
+	var sum resource.Quantity
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Requests[name]; ok {
+			sum.Add(q)
+		}
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if q, ok := c.Resources.Requests[name]; ok && q.Cmp(sum) > 0 {
+			sum = q.DeepCopy()
+		}
+	}
+	return sum
+}
+
+// QOSClass is the pod's Kubernetes QoS class, which decides its cgroup. The API server sets
+// status.qosClass at creation; this computes it the kubelet's way when it is missing.
+func QOSClass(pod *corev1.Pod) corev1.PodQOSClass {
+	if pod.Status.QOSClass != "" {
+		return pod.Status.QOSClass
+	}
+	requests, limits := false, true
+	for _, c := range allContainers(pod) {
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[r]
+			lim, hasLim := c.Resources.Limits[r]
+			if hasReq && !req.IsZero() || hasLim && !lim.IsZero() {
+				requests = true
+			}
+			if !hasLim || lim.IsZero() || hasReq && req.Cmp(lim) != 0 {
+				limits = false
+			}
+		}
+	}
+	switch {
+	case !requests:
+		return corev1.PodQOSBestEffort
+	case limits:
+		return corev1.PodQOSGuaranteed
+	}
+	return corev1.PodQOSBurstable
+}
+
+// Finished reports whether a pod's containers are done for good: its cgroup goes away and
+// it holds nothing tidal must manage.
+func Finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
