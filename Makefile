@@ -16,6 +16,7 @@ demo: build
 # at a time (-p 1): the integration tests measure what the node lends, and another package's
 # CPU-heavy tests running beside them would be online load they must not see.
 test:
+	./scripts/kube-tools.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 1 -timeout 30m ./...
 

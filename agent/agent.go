@@ -40,6 +40,9 @@ type workload struct {
 	// pod is the pod behind a kubelet-owned workload (nil until the watch delivers it).
 	pod      *corev1.Pod
 	evicting bool
+	// refusedUntil: the API server refused to evict this pod (a PodDisruptionBudget); the
+	// next victim is tried meanwhile.
+	refusedUntil time.Time
 	pids     []int
 	cpuMilli int64
 	cpuPrev  time.Duration

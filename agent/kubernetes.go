@@ -217,7 +217,7 @@ func (a *Agent) syncPodLocked(pod *corev1.Pod) {
 		// Keep what the loops learned and what is in flight.
 		w.pids, w.cpuMilli, w.cpuPrev, w.cpuAt, w.MemoryUsage = old.pids, old.cpuMilli, old.cpuPrev, old.cpuAt, old.MemoryUsage
 		w.Containers = old.Containers
-		w.evicting = old.evicting
+		w.evicting, w.refusedUntil = old.evicting, old.refusedUntil
 	}
 	if pod.DeletionTimestamp != nil {
 		w.evicting = true // the kubelet is stopping it: not a victim to pick again
@@ -462,6 +462,9 @@ func (a *Agent) publishNodeLoop(ctx context.Context) {
 	}
 }
 
+// evictionRetryAfter is how long a pod whose eviction was refused is passed over.
+const evictionRetryAfter = 30 * time.Second
+
 // evictPodLocked asks the API server to evict a reclaimed pod (PodDisruptionBudgets hold);
 // the kubelet stops it. A refused eviction is retried after the cool-down.
 func (a *Agent) evictPodLocked(ctx context.Context, w *workload, reason string) {
@@ -475,8 +478,9 @@ func (a *Agent) evictPodLocked(ctx context.Context, w *workload, reason string) 
 		if err != nil {
 			if cur := a.workloads[w.Name]; cur == w {
 				w.evicting = false
+				w.refusedUntil = time.Now().Add(evictionRetryAfter)
 			}
-			a.log.Warn("eviction refused; throttled until it can be retried", "pod", w.Name, "err", err)
+			a.log.Warn("eviction refused; the next victim is tried, this one again later", "pod", w.Name, "err", err, "retryAfter", evictionRetryAfter)
 			a.kube.client.Event(pod, corev1.EventTypeWarning, reasonEvictionBlocked, clipMessage(fmt.Sprintf("tidal could not evict this pod (%s): %v", reason, err)))
 			return
 		}

@@ -229,7 +229,7 @@ func (a *Agent) maybeEvictLocked(ctx context.Context, s sample) {
 	}
 	for _, victim := range eviction.Rank(a.pluginWorkloads()) {
 		w := a.workloads[victim.Name]
-		if len(w.pids) == 0 {
+		if len(w.pids) == 0 || time.Now().Before(w.refusedUntil) {
 			continue
 		}
 		a.evictLocked(ctx, w, "memory-short", fmt.Sprintf("%s (priority %d, memory %dMiB): %s", w.Name, w.ReclaimPriority, w.MemoryUsage>>20, reason))

@@ -1,0 +1,333 @@
+package kube_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+const (
+	reclaimedMilliCPU = corev1.ResourceName("tidalqos.io/reclaimed-millicpu")
+	reclaimedMemory   = corev1.ResourceName("tidalqos.io/reclaimed-memory")
+)
+
+func newPod(name string, annotations map[string]string, requests corev1.ResourceList) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations, Labels: map[string]string{"app": name}}}
+	c := corev1.Container{Name: "main", Image: "tidal-test", Resources: corev1.ResourceRequirements{Requests: requests}}
+	// Extended resources need limits equal to requests; so does a Guaranteed pod's CPU.
+	c.Resources.Limits = requests
+	p.Spec.Containers = []corev1.Container{c}
+	return p
+}
+
+func cpusOf(t testing.TB, n *kubeNode, cg string) cpuset.CPUSet {
+	t.Helper()
+	s, err := cpuset.Parse(n.file("cpuset", cg, "cpuset.cpus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// quotaMilli is a cgroup's CFS quota in millicores, -1 without one.
+func quotaMilli(t testing.TB, n *kubeNode, cg string) int64 {
+	t.Helper()
+	if n.layout.Version == cgroupfs.V2 {
+		f := strings.Fields(n.file("cpu", cg, "cpu.max"))
+		if f[0] == "max" {
+			return -1
+		}
+		q, _ := strconv.ParseInt(f[0], 10, 64)
+		p, _ := strconv.ParseInt(f[1], 10, 64)
+		return q * 1000 / p
+	}
+	q, _ := strconv.ParseInt(n.file("cpu", cg, "cpu.cfs_quota_us"), 10, 64)
+	if q < 0 {
+		return -1
+	}
+	p, _ := strconv.ParseInt(n.file("cpu", cg, "cpu.cfs_period_us"), 10, 64)
+	return q * 1000 / p
+}
+
+// Two agents, each with its own node name and kubelet layout (cgroupfs and systemd), see only
+// their own pods, confine them in their kubelet cgroups, report on their own Node only, and
+// apply the tier policy from its ConfigMap with Events for what they refuse.
+func TestAgentsManageOnlyTheirOwnPods(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	if _, err := c.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := newKubeNode(t, c, "node-a", "cgroupfs", "")
+	b := newKubeNode(t, c, "node-b", "systemd", "")
+	if _, err := c.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-c"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.start()
+	b.start()
+
+	batch := a.runPod(newPod("batch", map[string]string{"tidalqos.io/qos-level": "reclaimed", "tidalqos.io/reclaim-priority": "3"},
+		corev1.ResourceList{reclaimedMilliCPU: resource.MustParse("500")}), "workload", "burner", "--threads", "1")
+	a.runPod(newPod("web", nil, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}))
+	dbPod := newPod("db", map[string]string{"tidalqos.io/qos-level": "dedicated"},
+		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")})
+	dbPod.Namespace = "prod"
+	db := a.runPod(dbPod)
+	a.runPod(newPod("odd", map[string]string{"tidalqos.io/qos-level": "bogus"}, nil))
+	other := b.runPod(newPod("other", map[string]string{"katalyst.kubewharf.io/qos_level": "reclaimed_cores"}, nil), "workload", "burner", "--threads", "1")
+
+	wantTiers := map[string]string{"default/batch": "reclaimed", "default/web": "shared", "prod/db": "shared", "default/odd": "shared"}
+	eventually(t, 20*time.Second, "node-a's pods classified", func() error {
+		got := map[string]string{}
+		for _, w := range a.status().Workloads {
+			got[w.Name] = string(w.Tier)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(wantTiers) {
+			return fmt.Errorf("workloads %v, want %v", got, wantTiers)
+		}
+		return nil
+	})
+	eventually(t, 20*time.Second, "node-b sees its own pod only", func() error {
+		ws := b.status().Workloads
+		if len(ws) != 1 || ws[0].Name != "default/other" || ws[0].Tier != "reclaimed" {
+			return fmt.Errorf("workloads %+v", ws)
+		}
+		return nil
+	})
+
+	// The reclaimed pods are confined in the kubelet's cgroups: idle priority, under what is
+	// lent, on the reclaimed pool, containers included.
+	for _, pc := range []struct {
+		n *kubeNode
+		p *runningPod
+	}{{a, batch}, {b, other}} {
+		n, p := pc.n, pc.p
+		eventually(t, 10*time.Second, p.pod.Name+" confined", func() error {
+			if q := quotaMilli(t, n, p.cgroup); q <= 0 {
+				return fmt.Errorf("quota %dm", q)
+			}
+			if _, err := os.Stat(filepath.Join(n.layout.Dir("cpu", p.cgroup), "cpu.idle")); err == nil && n.file("cpu", p.cgroup, "cpu.idle") != "1" {
+				return fmt.Errorf("cpu.idle %s", n.file("cpu", p.cgroup, "cpu.idle"))
+			}
+			if n.layout.Version == cgroupfs.V1 && !cpusOf(t, n, p.container).Equals(cpusOf(t, n, p.cgroup)) {
+				return fmt.Errorf("container cpus %s, pod %s", cpusOf(t, n, p.container), cpusOf(t, n, p.cgroup))
+			}
+			return nil
+		})
+	}
+	if q := quotaMilli(t, a, batch.cgroup); q > 500 {
+		t.Errorf("batch asked for 500 reclaimed millicores but may use %dm", q)
+	}
+
+	// Refused claims and malformed annotations are Events on the pods.
+	eventually(t, 10*time.Second, "events on refused claims", func() error {
+		dbEv, oddEv := c.events(t, "prod", "db"), c.events(t, "default", "odd")
+		if !slices.ContainsFunc(dbEv, func(e string) bool { return strings.HasPrefix(e, "TierDowngraded: ") && strings.Contains(e, "prod") }) {
+			return fmt.Errorf("prod/db events %q", dbEv)
+		}
+		if !slices.ContainsFunc(oddEv, func(e string) bool { return strings.HasPrefix(e, "BadAnnotation: ") && strings.Contains(e, "bogus") }) {
+			return fmt.Errorf("default/odd events %q", oddEv)
+		}
+		return nil
+	})
+
+	// Each agent publishes on its own Node only.
+	for _, name := range []string{"node-a", "node-b"} {
+		eventually(t, 20*time.Second, name+" reports reclaimed capacity", func() error {
+			node := c.node(t, name)
+			q, ok := node.Status.Allocatable[reclaimedMilliCPU]
+			if !ok || q.Value() <= 0 {
+				return fmt.Errorf("allocatable %v", node.Status.Allocatable)
+			}
+			if _, ok := node.Status.Capacity[reclaimedMemory]; !ok {
+				return fmt.Errorf("capacity %v", node.Status.Capacity)
+			}
+			var ready *corev1.NodeCondition
+			for i := range node.Status.Conditions {
+				if node.Status.Conditions[i].Type == "TidalReclaimReady" {
+					ready = &node.Status.Conditions[i]
+				}
+			}
+			if ready == nil || ready.Status != corev1.ConditionTrue {
+				return fmt.Errorf("condition %+v", ready)
+			}
+			var topo struct {
+				NUMA []struct {
+					Node int    `json:"node"`
+					CPUs string `json:"cpus"`
+				} `json:"numa"`
+			}
+			if err := json.Unmarshal([]byte(node.Annotations["tidalqos.io/topology"]), &topo); err != nil || len(topo.NUMA) == 0 {
+				return fmt.Errorf("topology annotation %q: %v", node.Annotations["tidalqos.io/topology"], err)
+			}
+			return nil
+		})
+	}
+	nodeC := c.node(t, "node-c")
+	if len(nodeC.Status.Capacity) != 0 || len(nodeC.Status.Conditions) != 0 || len(nodeC.Annotations) != 0 {
+		t.Errorf("node-c has no agent but was written: %+v %+v", nodeC.Status, nodeC.Annotations)
+	}
+
+	// Allowing prod to claim dedicated moves db onto a core of its own, which every other
+	// pod's cpuset leaves out.
+	c.setPolicy(t, "systemNamespaces: [kube-system]\ndedicatedNamespaces: [prod]\n")
+	var dbCPUs cpuset.CPUSet
+	eventually(t, 10*time.Second, "prod/db dedicated", func() error {
+		w, ok := a.workload("prod/db")
+		if !ok || w.Tier != "dedicated" || w.CPUs == "" {
+			return fmt.Errorf("prod/db %+v", w)
+		}
+		var err error
+		if dbCPUs, err = cpuset.Parse(w.CPUs); err != nil {
+			return err
+		}
+		if got := cpusOf(t, a, db.cgroup); !got.Equals(dbCPUs) {
+			return fmt.Errorf("db's cgroup cpus %s, want %s", got, dbCPUs)
+		}
+		if got := cpusOf(t, a, batch.cgroup); !got.Intersection(dbCPUs).IsEmpty() {
+			return fmt.Errorf("batch's cpus %s overlap db's %s", got, dbCPUs)
+		}
+		return nil
+	})
+	a.alive()
+	b.alive()
+}
+
+// Memory taken beyond what is lent evicts reclaimed pods through the Eviction API, lowest
+// priority first, one at a time; a PodDisruptionBudget holds (its pod is passed over), and
+// each eviction is an Event with the reason and figures.
+func TestEvictionThroughTheAPILowestPriorityFirst(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	n := newKubeNode(t, c, "node-a", "cgroupfs", `memory:
+  reservedSystemBytes: 1Ti
+  minReclaimedBytes: 100Mi
+eviction:
+  coolDown: 1s`)
+	n.start()
+	minAvailable := intstr.FromInt32(1)
+	if _, err := c.admin.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]*runningPod{}
+	for _, p := range []struct {
+		name, prio, size string
+	}{{"p5", "5", "45Mi"}, {"guarded", "0", "8Mi"}, {"p1", "1", "45Mi"}, {"p3", "3", "45Mi"}} {
+		pods[p.name] = n.runPod(newPod(p.name, map[string]string{"tidalqos.io/qos-level": "reclaimed", "tidalqos.io/reclaim-priority": p.prio}, nil),
+			"workload", "memhog", "--target", p.size, "--rate", "256Mi")
+	}
+	// The test's kubelet: a pod marked for deletion is stopped and removed, in the order seen.
+	var evicted []string
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) && len(evicted) < 2 {
+		for name, p := range pods {
+			cur, err := c.admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil || cur.DeletionTimestamp == nil {
+				continue
+			}
+			evicted = append(evicted, name)
+			n.stopPod(p)
+			delete(pods, name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if fmt.Sprint(evicted) != "[p1 p3]" {
+		t.Fatalf("evicted %v, want [p1 p3] (guarded held by its PodDisruptionBudget, p5 last)", evicted)
+	}
+	// What is left (p5 and guarded) fits in what is lent: nothing more goes.
+	time.Sleep(3 * time.Second)
+	for _, name := range []string{"p5", "guarded"} {
+		if cur, err := c.admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err != nil || cur.DeletionTimestamp != nil {
+			t.Errorf("%s was evicted too (%v)", name, err)
+		}
+	}
+	ev := c.events(t, "default", "p1")
+	if !slices.ContainsFunc(ev, func(e string) bool {
+		return strings.HasPrefix(e, "Evicted: ") && strings.Contains(e, "priority 1") && strings.Contains(e, "MiB")
+	}) {
+		t.Errorf("p1's events %q: want Evicted naming the priority and the figures", ev)
+	}
+	if ev := c.events(t, "default", "guarded"); !slices.ContainsFunc(ev, func(e string) bool { return strings.HasPrefix(e, "EvictionBlocked: ") }) {
+		t.Errorf("guarded's events %q: want EvictionBlocked", ev)
+	}
+	n.alive()
+}
+
+// With the API server gone the agent keeps enforcing on its own (an online spike still takes
+// CPU back from reclaimed pods), does not crash, and catches up once it is back: new pods are
+// managed and the Node is reported again.
+func TestAPIServerGoesAwayAndComesBack(t *testing.T) {
+	c := newCluster(t)
+	n := newKubeNode(t, c, "node-a", "cgroupfs", "cpu:\n  growStepMilliCPU: 1000")
+	n.start()
+	batch := n.runPod(newPod("batch", map[string]string{"tidalqos.io/qos-level": "reclaimed"}, nil), "workload", "burner", "--threads", "2")
+	web := n.runPod(newPod("web", nil, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}))
+	eventually(t, 30*time.Second, "batch lent most of the node", func() error {
+		if q := quotaMilli(t, n, batch.cgroup); q < 800 {
+			return fmt.Errorf("batch quota %dm", q)
+		}
+		if _, ok := n.workload("default/web"); !ok {
+			return fmt.Errorf("web not managed yet")
+		}
+		return nil
+	})
+
+	c.StopAPIServer(t)
+	stopped := time.Now()
+	// Online load arrives in the web pod while the API server is away.
+	online := n.runPodProcess(web, "workload", "burner", "--threads", "2")
+	eventually(t, 10*time.Second, "reclaimed CPU taken back without the API server", func() error {
+		if q := quotaMilli(t, n, batch.cgroup); q > 400 {
+			return fmt.Errorf("batch quota still %dm", q)
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second)
+	n.alive()
+	_ = online.Process.Kill()
+
+	c.StartAPIServer(t)
+	restarted := time.Now()
+	late := n.runPod(newPod("late", map[string]string{"tidalqos.io/qos-level": "reclaimed"}, nil), "workload", "burner", "--threads", "1")
+	eventually(t, 30*time.Second, "a pod created after the restart is managed", func() error {
+		if w, ok := n.workload("default/late"); !ok || w.Tier != "reclaimed" {
+			return fmt.Errorf("late: %+v", w)
+		}
+		if q := quotaMilli(t, n, late.cgroup); q <= 0 {
+			return fmt.Errorf("late's quota %dm", q)
+		}
+		return nil
+	})
+	eventually(t, 20*time.Second, "the Node is reported again", func() error {
+		for _, cond := range c.node(t, "node-a").Status.Conditions {
+			if cond.Type == "TidalReclaimReady" && cond.LastHeartbeatTime.After(restarted) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no TidalReclaimReady heartbeat since %s (stopped at %s)", restarted.Format(time.TimeOnly), stopped.Format(time.TimeOnly))
+	})
+	n.alive()
+}
