@@ -43,10 +43,10 @@ type workload struct {
 	// refusedUntil: the API server refused to evict this pod (a PodDisruptionBudget); the
 	// next victim is tried meanwhile.
 	refusedUntil time.Time
-	pids     []int
-	cpuMilli int64
-	cpuPrev  time.Duration
-	cpuAt    time.Time
+	pids         []int
+	cpuMilli     int64
+	cpuPrev      time.Duration
+	cpuAt        time.Time
 }
 
 // Agent is the node daemon. Create it with New and run it with Run.
