@@ -197,6 +197,11 @@ func (a *Agent) syncPodLocked(pod *corev1.Pod) {
 		NUMABinding: d.NUMABinding, ReclaimPriority: d.ReclaimPriority, Started: pod.CreationTimestamp.Time,
 		DedicatedCPUs: cpuset.New(),
 	}, pod: pod}
+	if cpus, ok := k.exclusive[pod.UID]; ok {
+		// The kubelet's CPU manager pinned this pod: its cores are taken whatever its tier,
+		// and its cpusets are the kubelet's.
+		w.DedicatedCPUs, w.KubeletCPUs = cpus, true
+	}
 	switch d.Tier {
 	case qos.Dedicated:
 		if err := a.dedicatedPodCPUsLocked(w, old); err != nil {
@@ -235,8 +240,7 @@ func (a *Agent) syncPodLocked(pod *corev1.Pod) {
 // exclusive ones when it has them (never written by tidal), else the cores it already had,
 // else newly allocated ones for its CPU request rounded up.
 func (a *Agent) dedicatedPodCPUsLocked(w, old *workload) error {
-	if cpus, ok := a.kube.exclusive[w.pod.UID]; ok {
-		w.DedicatedCPUs, w.KubeletCPUs = cpus, true
+	if w.KubeletCPUs {
 		return nil
 	}
 	if old != nil && old.Tier == qos.Dedicated && !old.KubeletCPUs && !old.DedicatedCPUs.IsEmpty() {

@@ -47,9 +47,6 @@ func Fill(t *plugins.Tree, all cpuset.CPUSet, pools Pools, lentMilli int64, work
 		case qos.System:
 			*s = merge(*s, plugins.Settings{CPUs: system, Mems: allMems})
 		case qos.Dedicated:
-			if w.KubeletCPUs {
-				continue // the kubelet's CPU manager owns this cpuset
-			}
 			m := allMems
 			if w.NUMABinding {
 				m = cpuset.New()
@@ -80,6 +77,10 @@ func Fill(t *plugins.Tree, all cpuset.CPUSet, pools Pools, lentMilli int64, work
 				q = lentMilli
 			}
 			*s = merge(*s, reclaimedSettings(reclaimed, allMems, q, idle))
+		}
+		if w.KubeletCPUs {
+			// The kubelet's CPU manager owns this pod's cpusets (static policy).
+			s.CPUs, s.Mems = cpuset.New(), cpuset.New()
 		}
 	}
 }

@@ -331,3 +331,80 @@ func TestAPIServerGoesAwayAndComesBack(t *testing.T) {
 	})
 	n.alive()
 }
+
+// Beside the kubelet's CPU manager (static policy): the CPUs it gave a container exclusively
+// count as dedicated, so no pool of tidal's holds them, and tidal never writes that pod's
+// cpusets.
+func TestKubeletCPUManagerCoexistence(t *testing.T) {
+	c := newCluster(t)
+	n := newKubeNode(t, c, "node-a", "cgroupfs", "")
+	if n.layout.Version != cgroupfs.V1 {
+		t.Skip("cpuset files per container are checked on cgroup v1")
+	}
+	all := cpusOf(t, n, "")
+	if all.Size() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	pinnedCPU := all.List()[all.Size()-1]
+	n.start()
+	pinned := n.runPod(newPod("pinned", nil, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")}),
+		"workload", "burner", "--threads", "1")
+	// What the kubelet does for a Guaranteed pod with an integer CPU request: a checkpoint
+	// entry and the container's cpuset.
+	state := fmt.Sprintf(`{"policyName":"static","defaultCpuSet":"%s","entries":{"%s":{"main":"%d"}},"checksum":1}`,
+		all.Difference(cpuset.New(pinnedCPU)), pinned.pod.UID, pinnedCPU)
+	if err := os.WriteFile(filepath.Join(n.dir, "cpu_manager_state"), []byte(state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.layout.Dir("cpuset", pinned.container), "cpuset.cpus"), []byte(strconv.Itoa(pinnedCPU)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	batch := n.runPod(newPod("batch", map[string]string{"tidalqos.io/qos-level": "reclaimed"}, nil), "workload", "burner", "--threads", "1")
+	web := n.runPod(newPod("web", nil, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}))
+	eventually(t, 20*time.Second, "exclusive CPU kept out of tidal's pools", func() error {
+		for _, p := range []*runningPod{batch, web} {
+			if got := cpusOf(t, n, p.container); got.Contains(pinnedCPU) || got.IsEmpty() {
+				return fmt.Errorf("%s's container cpus %s include the pinned CPU %d", p.pod.Name, got, pinnedCPU)
+			}
+		}
+		return nil
+	})
+	// Still the kubelet's value after several passes.
+	time.Sleep(3 * time.Second)
+	if got := cpusOf(t, n, pinned.container); !got.Equals(cpuset.New(pinnedCPU)) {
+		t.Fatalf("the pinned container's cpuset was rewritten: %s", got)
+	}
+	if w, ok := n.workload("default/pinned"); !ok || w.CPUs != strconv.Itoa(pinnedCPU) {
+		t.Errorf("status of the pinned pod: %+v", w)
+	}
+}
+
+// An agent that cannot do its job (here: no kubelet cgroups where it was told to look)
+// publishes zero reclaimed capacity and a condition saying why, and keeps running.
+func TestNodeReportsWhyItCannotLend(t *testing.T) {
+	c := newCluster(t)
+	n := newKubeNode(t, c, "node-a", "cgroupfs", "")
+	// Point the agent at a kubelet root with no kubepods in it.
+	cfg, err := os.ReadFile(n.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = []byte(strings.Replace(string(cfg), "cgroupRoot: /"+n.root, "cgroupRoot: /"+n.root+"/nothing-here", 1))
+	if err := os.WriteFile(n.config, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	eventually(t, 20*time.Second, "not-ready condition with zero capacity", func() error {
+		node := c.node(t, "node-a")
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == "TidalReclaimReady" && cond.Status == corev1.ConditionFalse && cond.Reason == "KubeletCgroupsNotFound" {
+				if q := node.Status.Allocatable[reclaimedMilliCPU]; !q.IsZero() {
+					return fmt.Errorf("allocatable %s while not ready", q.String())
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %+v", node.Status.Conditions)
+	})
+	n.alive()
+}
