@@ -17,6 +17,7 @@ demo: build
 # CPU-heavy tests running beside them would be online load they must not see.
 test:
 	./scripts/kube-tools.sh
+	./scripts/cri-tools.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 1 -timeout 30m ./...
 
