@@ -322,8 +322,12 @@ func (a *Agent) applyLocked() error {
 	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, a.dedicatedCPUsLocked(), plan.ReclaimedMilliCPU)
 	ws := a.pluginWorkloads()
 	tree := plugins.NewTree(a.cfg.Cgroup.Root, ws)
-	cpu.Fill(tree, a.topo.AllCPUs(), a.pools, plan.TotalMilliCPU(), ws, a.idle)
-	memory.Fill(tree, plan.ReclaimedMemory, ws)
+	cpu.Fill(tree, a.topo.AllCPUs(), a.pools, plan.TotalMilliCPU(), a.idle)
+	memory.Fill(tree, plan.ReclaimedMemory)
+	node := a.nodeLocked(plan)
+	for _, w := range ws {
+		*tree.Workload(w) = isolation.Decide(w, node).Settings
+	}
 	err := a.writer.Apply(tree.Cgroups())
 	if err != nil {
 		// Every failing pass, not only the first: the slow loop must not grow lending back
@@ -334,6 +338,11 @@ func (a *Agent) applyLocked() error {
 	}
 	a.applyErr = err
 	return err
+}
+
+// nodeLocked is what the decision function needs to know of the node under plan.
+func (a *Agent) nodeLocked(plan advisor.Plan) isolation.Node {
+	return isolation.Node{Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle}
 }
 
 // minWrittenMemory is the least memory limit the reclaimed tier gets: 0 would mean "leave

@@ -77,85 +77,25 @@ func TestAllocateWholeCores(t *testing.T) {
 
 func TestFillSettings(t *testing.T) {
 	topo := twoNodes()
-	ws := []plugins.Workload{
-		{Name: "db", Tier: qos.Dedicated, Cgroup: "tidal/dedicated/db", DedicatedCPUs: cpuset.New(3, 7), NUMABinding: true},
-		{Name: "web", Tier: qos.Shared, Cgroup: "tidal/shared/web"},
-		{Name: "batch", Tier: qos.Reclaimed, Cgroup: "tidal/reclaimed/batch", MilliCPU: 500},
-	}
 	pools := ComputePools(topo, cpuset.New(), cpuset.New(3, 7), map[int]int64{0: 1000, 1: 1000})
-	tree := plugins.NewTree("tidal", ws)
-	Fill(tree, topo.AllCPUs(), pools, 2000, ws, true)
-	db, web, batch := *tree.Workload(ws[0]), *tree.Workload(ws[1]), *tree.Workload(ws[2])
-	if !db.CPUs.Equals(cpuset.New(3, 7)) || !db.Mems.Equals(cpuset.New(1)) {
-		t.Errorf("db cpus %s mems %s", db.CPUs, db.Mems)
-	}
-	if web.CPUs.Contains(3) || web.CPUs.Contains(7) || web.CPUs.Size() != 6 {
-		t.Errorf("web cpus %s include dedicated cores or miss shared ones", web.CPUs)
-	}
-	if batch.CPUIdle != plugins.On || batch.CPUQuota != 500 || !batch.CPUs.IsSubsetOf(pools.Shared()) || batch.CPUs.Size() != 2 {
-		t.Errorf("batch settings %+v", batch)
-	}
-	capped := plugins.Workload{Name: "big", Tier: qos.Reclaimed, Cgroup: "tidal/reclaimed/big", MilliCPU: 9000}
-	uncapped := plugins.Workload{Name: "free", Tier: qos.Reclaimed, Cgroup: "tidal/reclaimed/free"}
-	tree2 := plugins.NewTree("tidal", []plugins.Workload{capped, uncapped})
-	Fill(tree2, topo.AllCPUs(), pools, 2000, []plugins.Workload{capped, uncapped}, true)
-	if q := tree2.Workload(capped).CPUQuota; q != 2000 {
-		t.Errorf("a 9000m cap under 2000m lent: quota %d, want 2000", q)
-	}
-	if q := tree2.Workload(uncapped).CPUQuota; q != plugins.Unlimited {
-		t.Errorf("uncapped reclaimed workload quota %d, want unlimited (the tier caps it)", q)
-	}
-	if r := *tree.Tier(qos.Reclaimed); r.CPUQuota != 2000 || r.CPUIdle != plugins.On {
+	tree := plugins.NewTree("tidal", nil)
+	Fill(tree, topo.AllCPUs(), pools, 2000, true)
+	if r := *tree.Tier(qos.Reclaimed); r.CPUQuota != 2000 || r.CPUIdle != plugins.On || !r.CPUs.Equals(pools.Reclaimed()) {
 		t.Errorf("reclaimed tier %+v", r)
 	}
+	if s := *tree.Tier(qos.Shared); s.CPUs.Contains(3) || s.CPUs.Contains(7) || s.CPUs.Size() != 6 || s.CPUShares != sharesOnline {
+		t.Errorf("shared tier %+v includes dedicated cores or misses shared ones", s)
+	}
+	if d := *tree.Tier(qos.Dedicated); !d.CPUs.Equals(topo.AllCPUs()) {
+		t.Errorf("dedicated tier cpus %s, want every CPU (its children own disjoint cores)", d.CPUs)
+	}
 	// Without cpu.idle: shares 2.
-	tree = plugins.NewTree("tidal", ws)
-	Fill(tree, topo.AllCPUs(), pools, 2000, ws, false)
-	if r := *tree.Tier(qos.Reclaimed); r.CPUShares != 2 || r.CPUIdle != plugins.Unset {
+	tree = plugins.NewTree("tidal", nil)
+	Fill(tree, topo.AllCPUs(), pools, 2000, false)
+	if r := *tree.Tier(qos.Reclaimed); r.CPUShares != SharesReclaimed || r.CPUIdle != plugins.Unset {
 		t.Errorf("reclaimed tier without idle %+v", r)
 	}
-	cg := tree.Cgroups()
-	if cg[0].Path != "tidal" || len(cg) != 1+4+3 {
+	if cg := tree.Cgroups(); cg[0].Path != "tidal" || len(cg) != 1+4 {
 		t.Errorf("tree = %+v", cg)
-	}
-}
-
-// Pods (kubelet-owned cgroups): tidal writes its pools and the reclaimed caps, never an online
-// pod's quota, never a cpuset the kubelet's CPU manager owns, and narrows every container.
-func TestFillKubeletOwnedPods(t *testing.T) {
-	topo := twoNodes()
-	web := plugins.Workload{Name: "ns/web", Tier: qos.Shared, Cgroup: "kubepods/burstable/podw", KubeletOwned: true,
-		Containers: []string{"kubepods/burstable/podw/c1"}}
-	batch := plugins.Workload{Name: "ns/batch", Tier: qos.Reclaimed, Cgroup: "kubepods/besteffort/podb", KubeletOwned: true,
-		Containers: []string{"kubepods/besteffort/podb/c1", "kubepods/besteffort/podb/c2"}}
-	pinned := plugins.Workload{Name: "ns/pinned", Tier: qos.Dedicated, Cgroup: "kubepods/podp", KubeletOwned: true,
-		DedicatedCPUs: cpuset.New(3, 7), KubeletCPUs: true, Containers: []string{"kubepods/podp/c1"}}
-	ws := []plugins.Workload{web, batch, pinned}
-	pools := ComputePools(topo, cpuset.New(), cpuset.New(3, 7), map[int]int64{0: 1000, 1: 500})
-	tree := plugins.NewTree("tidal", ws)
-	Fill(tree, topo.AllCPUs(), pools, 1500, ws, true)
-	if s := *tree.Workload(web); s.CPUQuota != 0 || s.CPUs.Contains(3) {
-		t.Errorf("online pod: quota %d (want 0: the kubelet's), cpus %s", s.CPUQuota, s.CPUs)
-	}
-	if s := *tree.Workload(batch); s.CPUQuota != 1500 || s.CPUIdle != plugins.On {
-		t.Errorf("reclaimed pod: quota %d (want what is lent), idle %v", s.CPUQuota, s.CPUIdle)
-	}
-	if s := *tree.Workload(pinned); !s.CPUs.IsEmpty() {
-		t.Errorf("a cpuset the CPU manager owns is written: %s", s.CPUs)
-	}
-	containers := map[string]plugins.Cgroup{}
-	for _, c := range tree.Cgroups() {
-		if strings.HasPrefix(c.Path, "kubepods") {
-			if !c.Foreign {
-				t.Errorf("%s is not marked foreign", c.Path)
-			}
-			containers[c.Path] = c
-		}
-	}
-	if c := containers["kubepods/besteffort/podb/c2"]; !c.Settings.CPUs.Equals(tree.Workload(batch).CPUs) || c.Settings.CPUQuota != 0 {
-		t.Errorf("container of a reclaimed pod: %+v, want the pod's cpuset only", c.Settings)
-	}
-	if len(containers) != 7 {
-		t.Errorf("got %d pod and container cgroups, want 7", len(containers))
 	}
 }
