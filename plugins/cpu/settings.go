@@ -43,7 +43,6 @@ func Fill(t *plugins.Tree, all cpuset.CPUSet, pools Pools, lentMilli int64, idle
 	*t.Tier(qos.Reclaimed) = merge(*t.Tier(qos.Reclaimed), reclaimed)
 }
 
-
 // merge returns base with the CPU knobs of add laid over it.
 func merge(base, add plugins.Settings) plugins.Settings {
 	base.CPUs, base.Mems = add.CPUs, add.Mems
