@@ -23,6 +23,8 @@ import (
 
 	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/isolation/cri"
+	"github.com/tidalqos/tidal/isolation/nri"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/plugins/memory"
@@ -78,6 +80,9 @@ type Agent struct {
 	applyErr  error
 	lastEvict time.Time
 	passes    int
+
+	// poolsChanged wakes the NRI plugin's refresh when a pool's CPUs change.
+	poolsChanged chan struct{}
 
 	// background owns the goroutines an eviction starts; Run waits for them.
 	background sync.WaitGroup
@@ -148,6 +153,8 @@ func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
 		advisor:   advisor.New(advisorConfig(cfg)),
 		workloads: map[string]*workload{},
 		online:    map[int]int64{},
+
+		poolsChanged: make(chan struct{}, 1),
 	}
 	if a.lease, err = newLeasing(cfg); err != nil {
 		return nil, err
@@ -238,7 +245,37 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.reportLoop(ctx) }()
 	}
-	if a.kube != nil {
+	if a.cfg.Hooks.CRIProxy {
+		proxy, err := cri.New(cri.Options{Socket: a.cfg.Hooks.CRISocket, RuntimeSocket: a.cfg.Hooks.RuntimeSocket,
+			Timeout: a.cfg.Hooks.Timeout, CgroupV2: a.layout.Version == cgroupfs.V2,
+			Decider: hookDecider{a}, Observer: a.metrics, Log: a.log})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := proxy.Serve(ctx); err != nil {
+				serveErrOnce.Do(func() { serveErr = fmt.Errorf("cri proxy: %w", err) })
+				cancel()
+			}
+		}()
+	}
+	if a.cfg.Hooks.NRI {
+		plugin, err := nri.New(nri.Options{Socket: a.cfg.Hooks.NRISocket, Timeout: a.cfg.Hooks.Timeout,
+			CgroupV2: a.layout.Version == cgroupfs.V2, Decider: hookDecider{a}, Observer: a.metrics, Log: a.log})
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = plugin.Run(ctx) }()
+		go func() { defer wg.Done(); a.refreshNRI(ctx, plugin) }()
+	}
+	if a.kube != nil && a.kube.client != nil {
 		wg.Add(1)
 		go a.runKubernetes(ctx, wg.Done)
 	}
@@ -247,7 +284,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); a.watchPressure(ctx) }()
 	}
 	a.log.Info("agent running", "node", a.cfg.NodeName, "cgroup", a.layout.Version.String(), "root", a.cfg.Cgroup.Root,
-		"cpus", a.topo.AllCPUs().String(), "cpuIdle", a.idle, "socket", a.cfg.SocketPath, "metrics", a.cfg.MetricsAddress)
+		"cpus", a.topo.AllCPUs().String(), "cpuIdle", a.idle, "socket", a.cfg.SocketPath, "metrics", a.cfg.MetricsAddress, "criProxy", a.cfg.Hooks.CRIProxy, "nri", a.cfg.Hooks.NRI)
 	<-ctx.Done()
 	wg.Wait()
 	a.background.Wait()
@@ -319,7 +356,15 @@ func (a *Agent) dedicatedCPUsLocked() cpuset.CPUSet {
 // lending drops to its minimum and the published capacity to zero until they succeed again.
 func (a *Agent) applyLocked() error {
 	plan := a.writtenPlanLocked(time.Now())
+	old := a.pools
 	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, a.dedicatedCPUsLocked(), plan.ReclaimedMilliCPU)
+	if !samePoolCPUs(old, a.pools) {
+		// Runtime hooks hold their own copy of containers' cpusets: tell them.
+		select {
+		case a.poolsChanged <- struct{}{}:
+		default:
+		}
+	}
 	ws := a.pluginWorkloads()
 	tree := plugins.NewTree(a.cfg.Cgroup.Root, ws)
 	cpu.Fill(tree, a.topo.AllCPUs(), a.pools, plan.TotalMilliCPU(), a.idle)
@@ -403,4 +448,30 @@ func (a *Agent) actionLocked(kind, label, reason string) {
 	}
 	a.metrics.Action(kind, label)
 	a.log.Info("action", "kind", kind, "reason", reason)
+}
+
+// samePoolCPUs reports whether two pool layouts put the same CPUs in every pool.
+func samePoolCPUs(x, y cpu.Pools) bool {
+	return x.System().Equals(y.System()) && x.Dedicated().Equals(y.Dedicated()) &&
+		x.Shared().Equals(y.Shared()) && x.Reclaimed().Equals(y.Reclaimed())
+}
+
+// refreshNRI pushes new decisions to the runtime through the NRI plugin whenever the pools'
+// CPUs change, at most once a second.
+func (a *Agent) refreshNRI(ctx context.Context, plugin *nri.Plugin) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.poolsChanged:
+		}
+		if err := plugin.Refresh(ctx); err != nil {
+			a.log.Debug("NRI refresh failed; the reconcile loop holds the cgroups", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -39,6 +39,7 @@ const (
 // kubeSource is the kubernetes mode: the pods bound to this node are workloads whose cgroups
 // the kubelet owns. All fields are guarded by the agent's mutex.
 type kubeSource struct {
+	// client is nil without Kubernetes (pods known from the runtime hooks only).
 	client *kube.Client
 	// layout is nil until the kubelet's cgroups are found.
 	layout *kube.CgroupLayout
@@ -55,21 +56,29 @@ type kubeSource struct {
 	publishErr string
 }
 
+// newKubeSource is nil in standalone mode without runtime hooks. With hooks but no
+// Kubernetes (containerd driven directly), pods come from the hooks only: no API client,
+// every tier claim allowed (only root reaches the runtime).
 func newKubeSource(cfg config.Config, a *Agent) (*kubeSource, error) {
-	if cfg.Mode != config.ModeKubernetes {
+	k8s := cfg.Mode == config.ModeKubernetes
+	if !k8s && !cfg.Hooks.CRIProxy && !cfg.Hooks.NRI {
 		return nil, nil
 	}
-	rc, err := kube.RESTConfig(cfg.Kubernetes.Kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	client, err := kube.NewClient(rc, cfg.NodeName, cfg.Kubernetes.TierPolicy, a.log)
-	if err != nil {
-		return nil, err
+	var client *kube.Client
+	policy := qos.Policy{}
+	if k8s {
+		rc, err := kube.RESTConfig(cfg.Kubernetes.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		if client, err = kube.NewClient(rc, cfg.NodeName, cfg.Kubernetes.TierPolicy, a.log); err != nil {
+			return nil, err
+		}
+		policy = qos.Policy{Restricted: true}
 	}
 	return &kubeSource{
 		client:    client,
-		policy:    qos.Policy{Restricted: true},
+		policy:    policy,
 		policyErr: "not read yet",
 		pods:      map[types.UID]*corev1.Pod{},
 		exclusive: map[types.UID]cpuset.CPUSet{},
@@ -184,6 +193,12 @@ func (a *Agent) syncPodLocked(pod *corev1.Pod) {
 	if layout == nil {
 		return // the slow loop retries the layout, then syncs every pod
 	}
+	a.putPodLocked(pod, layout.Pod(kube.QOSClass(pod), pod.UID))
+}
+
+// putPodLocked makes (or updates) the workload of a pod whose cgroup is at cgroup.
+func (a *Agent) putPodLocked(pod *corev1.Pod, cgroup string) {
+	k := a.kube
 	d := qos.Classify(kube.Metadata(pod), k.policy)
 	problems := d.Problems
 	name := podName(pod)
@@ -193,7 +208,7 @@ func (a *Agent) syncPodLocked(pod *corev1.Pod) {
 		old = nil
 	}
 	w := &workload{Workload: plugins.Workload{
-		Name: name, Tier: d.Tier, Cgroup: layout.Pod(kube.QOSClass(pod), pod.UID), KubeletOwned: true,
+		Name: name, Tier: d.Tier, Cgroup: cgroup, KubeletOwned: true,
 		NUMABinding: d.NUMABinding, ReclaimPriority: d.ReclaimPriority, Started: pod.CreationTimestamp.Time,
 		DedicatedCPUs: cpuset.New(),
 	}, pod: pod}
@@ -285,7 +300,9 @@ func (a *Agent) tellPodLocked(pod *corev1.Pod, problems []error) {
 		case errors.Is(p, qos.ErrMalformed):
 			reason = reasonBadAnnotation
 		}
-		a.kube.client.Event(pod, corev1.EventTypeWarning, reason, p.Error())
+		if a.kube.client != nil {
+			a.kube.client.Event(pod, corev1.EventTypeWarning, reason, p.Error())
+		}
 		a.log.Warn("pod metadata problem", "pod", podName(pod), "reason", reason, "problem", p.Error())
 	}
 }
@@ -317,6 +334,9 @@ func (a *Agent) refreshContainersLocked(w *workload) {
 	w.Containers = cs
 }
 
+// podCgroupGrace is how long a pod known from a runtime hook may be without its cgroup.
+const podCgroupGrace = 30 * time.Second
+
 // kubePassLocked is the slow loop's kubernetes work: find the kubelet's cgroups if not yet,
 // re-read the CPU manager's exclusive CPUs, refresh each pod's containers.
 func (a *Agent) kubePassLocked() {
@@ -329,17 +349,27 @@ func (a *Agent) kubePassLocked() {
 	}
 	changed := !maps2Equal(exclusive, k.exclusive)
 	k.exclusive = exclusive
-	if a.kubeletLayoutLocked() == nil {
+	for _, w := range a.workloads {
+		if !w.KubeletOwned {
+			continue
+		}
+		if k.client == nil && time.Since(w.Started) > podCgroupGrace && !a.layout.Exists(w.Cgroup) {
+			// Without a pod watch, a pod is gone when the runtime removed its cgroup (the
+			// runtime creates it just after the sandbox hook: give it time).
+			if w.pod != nil {
+				delete(k.pods, w.pod.UID)
+			}
+			a.forgetLocked(w, "release", "pod cgroup removed")
+			continue
+		}
+		a.refreshContainersLocked(w)
+	}
+	if k.client == nil || a.kubeletLayoutLocked() == nil {
 		return
 	}
 	if !hadLayout || changed {
 		for _, pod := range k.pods {
 			a.syncPodLocked(pod)
-		}
-	}
-	for _, w := range a.workloads {
-		if w.KubeletOwned {
-			a.refreshContainersLocked(w)
 		}
 	}
 }

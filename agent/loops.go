@@ -240,13 +240,13 @@ func (a *Agent) maybeEvictLocked(ctx context.Context, s sample) {
 // evictLocked stops a workload: SIGTERM to every process, SIGKILL after the grace period,
 // then the workload is forgotten. The wait runs in a goroutine Run waits for.
 func (a *Agent) evictLocked(ctx context.Context, w *workload, label, reason string) {
-	if w.KubeletOwned && w.pod == nil {
+	if w.KubeletOwned && w.pod == nil && a.kube.client != nil {
 		return // restored from the checkpoint, not yet seen by the pod watch
 	}
 	w.evicting = true
 	a.lastEvict = time.Now()
 	a.actionLocked("evict", label, reason)
-	if w.KubeletOwned {
+	if w.KubeletOwned && a.kube.client != nil {
 		a.evictPodLocked(ctx, w, reason)
 		return
 	}

@@ -24,6 +24,8 @@ type Metrics struct {
 	evictions    *prometheus.CounterVec
 	loopDuration *prometheus.HistogramVec
 	metricsFresh prometheus.Gauge
+	hookCalls    *prometheus.CounterVec
+	hookDuration *prometheus.HistogramVec
 }
 
 // WriteCounter reports cgroup writes and failures by knob; the isolation writer implements it.
@@ -67,9 +69,16 @@ func NewMetrics(writes WriteCounter) *Metrics {
 		metricsFresh: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tidal_metrics_fresh", Help: "1 when the agent's node metrics are fresh, else 0 (lending at its minimum).",
 		}),
+		hookCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidal_hook_calls_total", Help: "Runtime hook calls (cri, nri) by method and result: adjusted, unchanged or fail-open (forwarded unchanged; the reconcile loop repairs it).",
+		}, []string{"hook", "method", "result"}),
+		hookDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tidal_hook_decision_seconds", Help: "Time a runtime hook spent deciding, before forwarding.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14),
+		}, []string{"hook", "method"}),
 	}
 	m.registry.MustRegister(m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
-		m.evictions, m.loopDuration, m.metricsFresh,
+		m.evictions, m.loopDuration, m.metricsFresh, m.hookCalls, m.hookDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		writeCollector{writes})
 	return m
@@ -125,6 +134,12 @@ func (m *Metrics) Action(kind, reason string) {
 // ObserveLoop records how long a loop pass took.
 func (m *Metrics) ObserveLoop(loop string, d time.Duration) {
 	m.loopDuration.WithLabelValues(loop).Observe(d.Seconds())
+}
+
+// HookCall counts one runtime hook call and how long its decision took.
+func (m *Metrics) HookCall(hook, method, result string, d time.Duration) {
+	m.hookCalls.WithLabelValues(hook, method, result).Inc()
+	m.hookDuration.WithLabelValues(hook, method).Observe(d.Seconds())
 }
 
 // SetMetricsFresh records whether node metrics are fresh.

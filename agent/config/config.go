@@ -75,6 +75,21 @@ type Config struct {
 	Arbiter Arbiter `yaml:"arbiter"`
 	// Kubernetes configures the kubernetes mode (ignored standalone).
 	Kubernetes Kubernetes `yaml:"kubernetes"`
+	// Hooks turns on the runtime hooks that confine containers at creation.
+	Hooks Hooks `yaml:"hooks"`
+}
+
+// Hooks configures the CRI proxy and the NRI plugin.
+type Hooks struct {
+	// CRIProxy serves a CRI socket (CRISocket) in front of the runtime's (RuntimeSocket).
+	CRIProxy      bool   `yaml:"criProxy"`
+	CRISocket     string `yaml:"criSocket"`
+	RuntimeSocket string `yaml:"runtimeSocket"`
+	// NRI registers tidal as an NRI plugin on the runtime's NRI socket.
+	NRI       bool   `yaml:"nri"`
+	NRISocket string `yaml:"nriSocket"`
+	// Timeout bounds a hook's decision; past it the call goes on unchanged (fail-open).
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // Cgroup configures the cgroup hierarchy.
@@ -268,6 +283,12 @@ func Default() Config {
 			TierPolicy:          "tidal-system/tidal-tier-policy",
 			PublishMinChange:    0.1,
 			PublishMaxAge:       time.Minute,
+		},
+		Hooks: Hooks{
+			CRISocket:     "/run/tidal/cri.sock",
+			RuntimeSocket: "/run/containerd/containerd.sock",
+			NRISocket:     "/var/run/nri/nri.sock",
+			Timeout:       100 * time.Millisecond,
 		},
 	}
 }

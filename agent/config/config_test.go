@@ -91,6 +91,13 @@ kubernetes:
   tierPolicy: qos/tiers
   publishMinChange: 0.05
   publishMaxAge: 30s
+hooks:
+  criProxy: true
+  criSocket: /run/tidal/cri.sock
+  runtimeSocket: /run/k3s/containerd/containerd.sock
+  nri: true
+  nriSocket: /run/nri/nri.sock
+  timeout: 50ms
 `
 
 func fullExampleConfig() Config {
@@ -133,6 +140,8 @@ func fullExampleConfig() Config {
 		Status:   Status{ActionHistory: 20},
 		Kubernetes: Kubernetes{Kubeconfig: "/etc/kubernetes/tidal.conf", CgroupDriver: DriverSystemd, CgroupRoot: "/custom",
 			TierPolicy: "qos/tiers", PublishMinChange: 0.05, PublishMaxAge: 30 * time.Second},
+		Hooks: Hooks{CRIProxy: true, CRISocket: "/run/tidal/cri.sock", RuntimeSocket: "/run/k3s/containerd/containerd.sock",
+			NRI: true, NRISocket: "/run/nri/nri.sock", Timeout: 50 * time.Millisecond},
 	}
 }
 
@@ -285,7 +294,7 @@ func TestLoadNamesFile(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, memory, loops, eviction, status, arbiter, kubernetes"
+	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, memory, loops, eviction, status, arbiter, kubernetes, hooks"
 	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {

@@ -271,7 +271,24 @@ var schema = []*entry{
 				return d >= time.Second && d <= time.Hour
 			}),
 	),
+	section("hooks",
+		leaf("criProxy", kindBool, func(c *Config) *bool { return &c.Hooks.CRIProxy }, "true or false", nil),
+		leaf("criSocket", kindString, func(c *Config) *string { return &c.Hooks.CRISocket },
+			`an absolute path under 108 bytes, such as "/run/tidal/cri.sock"`, socketPath),
+		leaf("runtimeSocket", kindString, func(c *Config) *string { return &c.Hooks.RuntimeSocket },
+			`an absolute path under 108 bytes, such as "/run/containerd/containerd.sock"`, socketPath),
+		leaf("nri", kindBool, func(c *Config) *bool { return &c.Hooks.NRI }, "true or false", nil),
+		leaf("nriSocket", kindString, func(c *Config) *string { return &c.Hooks.NRISocket },
+			`an absolute path under 108 bytes, such as "/var/run/nri/nri.sock"`, socketPath),
+		leaf("timeout", kindDuration, func(c *Config) *time.Duration { return &c.Hooks.Timeout },
+			`a duration in [1ms, 10s], such as "100ms"`, func(d time.Duration) bool {
+				return d >= time.Millisecond && d <= 10*time.Second
+			}),
+	),
 }
+
+// socketPath accepts an absolute path short enough for a unix socket address.
+func socketPath(s string) bool { return absPath(s) && len(s) < 108 }
 
 // cgroupRoot accepts "/" or a path (leading slash optional) without "..".
 func cgroupRoot(s string) bool {
