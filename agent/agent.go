@@ -165,9 +165,9 @@ func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
 	if a.gpus, err = newGPUs(sysgpu.Open(log)); err != nil {
 		return nil, err
 	}
-	a.metrics = reporter.NewMetrics(func() (map[string]uint64, map[string]uint64) {
+	a.metrics = reporter.NewMetrics(func() reporter.WriteCounts {
 		s := writer.Stats()
-		return s.Writes, s.Errors
+		return reporter.WriteCounts{Writes: s.Writes, Errors: s.Errors, Repairs: s.Repairs}
 	})
 	a.fast = newFastWindow(cfg.Loops.FastWindow)
 	a.mu.Lock()

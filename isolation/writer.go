@@ -32,9 +32,13 @@ type Writer struct {
 	backend backend
 	// known holds the last value written or read for each cgroup and knob, so unchanged
 	// values cost no system call. Forget drops it to re-check the files (drift repair).
-	known  map[string]map[knob]string
-	writes [numKnobs]uint64
-	errs   [numKnobs]uint64
+	known map[string]map[knob]string
+	// written is the last value tidal wrote to each cgroup's knob; unlike known it survives
+	// Forget, so a re-read that finds something else is drift someone else made.
+	written map[string]map[knob]string
+	writes  [numKnobs]uint64
+	errs    [numKnobs]uint64
+	repairs [numKnobs]uint64
 }
 
 // NewWriter returns a Writer for the hierarchies in layout.
@@ -49,6 +53,7 @@ func NewWriter(layout *cgroupfs.Layout, log *slog.Logger) (*Writer, error) {
 		log:     log,
 		backend: b,
 		known:   map[string]map[knob]string{},
+		written: map[string]map[knob]string{},
 	}, nil
 }
 
@@ -189,11 +194,7 @@ func (w *Writer) Attach(path string, pid int) error {
 func (w *Writer) Remove(path string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for p := range w.known {
-		if p == path || strings.HasPrefix(p, path+"/") {
-			delete(w.known, p)
-		}
-	}
+	w.dropLocked(path)
 	if !w.layout.Exists(path) {
 		w.backend.forget()
 		return nil
@@ -210,11 +211,7 @@ func (w *Writer) Remove(path string) error {
 func (w *Writer) ForgetPath(path string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for p := range w.known {
-		if p == path || strings.HasPrefix(p, path+"/") {
-			delete(w.known, p)
-		}
-	}
+	w.dropLocked(path)
 }
 
 // Forget drops everything remembered, so the next Apply re-creates missing cgroups and
@@ -255,20 +252,23 @@ func (w *Writer) SetOOMScoreAdj(pid, score int) error {
 	return nil
 }
 
-// WriteStats counts cgroup writes and failed writes by knob name.
+// WriteStats counts cgroup writes, failed writes and repairs (a value tidal had written,
+// found changed by someone else and written back) by knob name.
 type WriteStats struct {
-	Writes map[string]uint64
-	Errors map[string]uint64
+	Writes  map[string]uint64
+	Errors  map[string]uint64
+	Repairs map[string]uint64
 }
 
 // Stats returns the write counters.
 func (w *Writer) Stats() WriteStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	s := WriteStats{Writes: map[string]uint64{}, Errors: map[string]uint64{}}
+	s := WriteStats{Writes: map[string]uint64{}, Errors: map[string]uint64{}, Repairs: map[string]uint64{}}
 	for k := knob(0); k < numKnobs; k++ {
 		s.Writes[k.String()] = w.writes[k]
 		s.Errors[k.String()] = w.errs[k]
+		s.Repairs[k.String()] = w.repairs[k]
 	}
 	return s
 }
@@ -304,6 +304,15 @@ func (w *Writer) write(path string, k knob, value string) error {
 		return fmt.Errorf("write %s=%s to cgroup %s: %w", k, value, path, err)
 	}
 	w.writes[k]++
+	if prev, ok := w.written[path][k]; ok && old != prev && value == prev {
+		// We had written this value, yet the file held another: someone changed it.
+		w.repairs[k]++
+		w.log.Info("cgroup drift repaired", "path", path, "knob", k.String(), "found", old, "to", value)
+	}
+	if w.written[path] == nil {
+		w.written[path] = map[knob]string{}
+	}
+	w.written[path][k] = value
 	w.remember(path, k, value)
 	w.log.Debug("cgroup write", "path", path, "knob", k.String(), "from", old, "to", value)
 	return nil
@@ -319,4 +328,15 @@ func union(a, b string) string {
 		return b
 	}
 	return sa.Union(sb).String()
+}
+
+// dropLocked forgets what is known and was written of path and its descendants.
+func (w *Writer) dropLocked(path string) {
+	for _, m := range []map[string]map[knob]string{w.known, w.written} {
+		for p := range m {
+			if p == path || strings.HasPrefix(p, path+"/") {
+				delete(m, p)
+			}
+		}
+	}
 }

@@ -200,3 +200,47 @@ func TestForeignCgroupsAreNeverCreated(t *testing.T) {
 		t.Fatal("ForgetPath removed the cgroup")
 	}
 }
+
+// Drift someone else makes is found by the next re-read (Forget), written back and counted
+// as a repair; tidal's own changes are not repairs.
+func TestDriftIsRepairedAndCounted(t *testing.T) {
+	l := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	cg := []plugins.Cgroup{{Path: root}, {Path: root + "/pod", Settings: plugins.Settings{CPUQuota: 500}}}
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	cg[1].Settings.CPUQuota = 700 // tidal's own change
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	repairs := func() uint64 {
+		var n uint64
+		for _, v := range w.Stats().Repairs {
+			n += v
+		}
+		return n
+	}
+	if n := repairs(); n != 0 {
+		t.Fatalf("%d repairs after tidal's own writes", n)
+	}
+	// Someone else (the kubelet) rewrites the quota.
+	file, value := "cpu.cfs_quota_us", "-1"
+	if l.Version == cgroupfs.V2 {
+		file, value = "cpu.max", "max 100000"
+	}
+	if err := os.WriteFile(filepath.Join(l.Dir("cpu", root+"/pod"), file), []byte(value), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.Forget()
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, l, "cpu", root+"/pod", file); !strings.HasPrefix(got, "70000") {
+		t.Fatalf("drift not repaired: %s = %q", file, got)
+	}
+	if n := repairs(); n != 1 {
+		t.Fatalf("repairs = %d, want 1", n)
+	}
+}

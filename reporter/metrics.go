@@ -28,8 +28,14 @@ type Metrics struct {
 	hookDuration *prometheus.HistogramVec
 }
 
-// WriteCounter reports cgroup writes and failures by knob; the isolation writer implements it.
-type WriteCounter func() (writes, errors map[string]uint64)
+// WriteCounts are the cgroup write path's counters by knob: writes, failed writes, and
+// repairs (writes that put back a value tidal had written and someone else changed).
+type WriteCounts struct {
+	Writes, Errors, Repairs map[string]uint64
+}
+
+// WriteCounter reads the write path's counters at scrape time.
+type WriteCounter func() WriteCounts
 
 // NewMetrics registers the metrics. writes is read at scrape time.
 func NewMetrics(writes WriteCounter) *Metrics {
@@ -157,16 +163,24 @@ type writeCollector struct{ read WriteCounter }
 var (
 	writesDesc = prometheus.NewDesc("tidal_cgroup_writes_total", "cgroup file writes, by knob.", []string{"knob"}, nil)
 	errorsDesc = prometheus.NewDesc("tidal_cgroup_write_errors_total", "Failed cgroup file writes, by knob.", []string{"knob"}, nil)
+	repairsDesc = prometheus.NewDesc("tidal_cgroup_repairs_total",
+		"Drift repaired by the reconcile pass: a value tidal had written, changed by someone else (the kubelet, a runtime), written back; by knob.", []string{"knob"}, nil)
 )
 
-func (c writeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- writesDesc; ch <- errorsDesc }
+func (c writeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- writesDesc
+	ch <- errorsDesc
+	ch <- repairsDesc
+}
 
 func (c writeCollector) Collect(ch chan<- prometheus.Metric) {
-	writes, errs := c.read()
-	for k, v := range writes {
-		ch <- prometheus.MustNewConstMetric(writesDesc, prometheus.CounterValue, float64(v), k)
-	}
-	for k, v := range errs {
-		ch <- prometheus.MustNewConstMetric(errorsDesc, prometheus.CounterValue, float64(v), k)
+	counts := c.read()
+	for _, m := range []struct {
+		desc   *prometheus.Desc
+		values map[string]uint64
+	}{{writesDesc, counts.Writes}, {errorsDesc, counts.Errors}, {repairsDesc, counts.Repairs}} {
+		for k, v := range m.values {
+			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(v), k)
+		}
 	}
 }
