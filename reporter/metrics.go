@@ -161,8 +161,8 @@ func (m *Metrics) SetMetricsFresh(fresh bool) {
 type writeCollector struct{ read WriteCounter }
 
 var (
-	writesDesc = prometheus.NewDesc("tidal_cgroup_writes_total", "cgroup file writes, by knob.", []string{"knob"}, nil)
-	errorsDesc = prometheus.NewDesc("tidal_cgroup_write_errors_total", "Failed cgroup file writes, by knob.", []string{"knob"}, nil)
+	writesDesc  = prometheus.NewDesc("tidal_cgroup_writes_total", "cgroup file writes, by knob.", []string{"knob"}, nil)
+	errorsDesc  = prometheus.NewDesc("tidal_cgroup_write_errors_total", "Failed cgroup file writes, by knob.", []string{"knob"}, nil)
 	repairsDesc = prometheus.NewDesc("tidal_cgroup_repairs_total",
 		"Drift repaired by the reconcile pass: a value tidal had written, changed by someone else (the kubelet, a runtime), written back; by knob.", []string{"knob"}, nil)
 )

@@ -170,7 +170,9 @@ func TestCreateAndUpdateCarryTheDecision(t *testing.T) {
 		r.MemoryLimitInBytes != 1<<30 || r.OomScoreAdj != isolation.ReclaimedOOMScoreAdj {
 		t.Errorf("the runtime got %+v", r)
 	}
-	if !slices.ContainsFunc(got.Envs, func(kv *runtimeapi.KeyValue) bool { return kv.Key == "NVIDIA_VISIBLE_DEVICES" && string(kv.Value) == "void" }) {
+	if !slices.ContainsFunc(got.Envs, func(kv *runtimeapi.KeyValue) bool {
+		return kv.Key == "NVIDIA_VISIBLE_DEVICES" && string(kv.Value) == "void"
+	}) {
 		t.Errorf("env %v", got.Envs)
 	}
 	// The kubelet widening the cpuset later is corrected on the way.
