@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -58,6 +59,12 @@ func (a *Agent) hookWorkloadLocked(pod isolation.Pod) *workload {
 	}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: types.UID(pod.UID),
 		Annotations: pod.Annotations, Labels: pod.Labels, CreationTimestamp: metav1.Now()}}
+	if pod.MilliCPU > 0 {
+		// What the runtime was told of the pod's CPU stands in for its request (a dedicated
+		// pod's whole cores).
+		p.Spec.Containers = []corev1.Container{{Name: "pod", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(pod.MilliCPU, resource.DecimalSI)}}}}
+	}
 	a.kube.pods[p.UID] = p
 	a.putPodLocked(p, cgroupOfParent(pod.CgroupParent))
 	return a.workloads[name]

@@ -335,7 +335,7 @@ func (a *Agent) refreshContainersLocked(w *workload) {
 }
 
 // podCgroupGrace is how long a pod known from a runtime hook may be without its cgroup.
-const podCgroupGrace = 30 * time.Second
+const podCgroupGrace = 5 * time.Second
 
 // kubePassLocked is the slow loop's kubernetes work: find the kubelet's cgroups if not yet,
 // re-read the CPU manager's exclusive CPUs, refresh each pod's containers.

@@ -13,6 +13,20 @@ type Pod struct {
 	// CgroupParent is the pod's cgroup as the runtime is given it (a cgroupfs path or a
 	// systemd slice name).
 	CgroupParent string
+	// MilliCPU is the pod's CPU, from the sandbox's pod-level resources (the kubelet sends
+	// the sum of its containers' limits); 0 when not sent.
+	MilliCPU int64
+}
+
+// MilliCPUOf turns CFS quota and period, or else CPU shares, into millicores.
+func MilliCPUOf(quota, period, shares int64) int64 {
+	if quota > 0 && period > 0 {
+		return quota * 1000 / period
+	}
+	if shares > 2 {
+		return shares * 1000 / 1024
+	}
+	return 0
 }
 
 // Decider answers the runtime hooks: the agent, whose answers come from Decide.

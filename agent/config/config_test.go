@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -678,5 +679,38 @@ func TestArbiterKeys(t *testing.T) {
 	}
 	if l, err := ParseLabels(c.Arbiter.NodeLabels); err != nil || l["a"] != "1" || l["b"] != "2" {
 		t.Errorf("labels = %v, %v", l, err)
+	}
+}
+
+// The agent config shipped in deploy/agent-config.yaml (the DaemonSet's ConfigMap) is valid.
+func TestDeployedConfigMapParses(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "agent-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	found := false
+	for {
+		var cm struct {
+			Metadata struct{ Name string }
+			Data     map[string]string
+		}
+		if err := dec.Decode(&cm); err != nil {
+			break
+		}
+		if cm.Metadata.Name != "tidal-agent-config" {
+			continue
+		}
+		found = true
+		cfg, err := Parse("tidal-agent-config/tidal.yaml", []byte(cm.Data["tidal.yaml"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Mode != ModeKubernetes {
+			t.Errorf("mode %q, want kubernetes", cfg.Mode)
+		}
+	}
+	if !found {
+		t.Fatal("no ConfigMap tidal-agent-config in deploy/agent-config.yaml")
 	}
 }

@@ -158,7 +158,9 @@ func outgoing(ctx context.Context) context.Context {
 }
 
 func podOf(cfg *runtimeapi.PodSandboxConfig) Pod {
-	pod := Pod{Annotations: cfg.GetAnnotations(), Labels: cfg.GetLabels(), CgroupParent: cfg.GetLinux().GetCgroupParent()}
+	r := cfg.GetLinux().GetResources()
+	pod := Pod{Annotations: cfg.GetAnnotations(), Labels: cfg.GetLabels(), CgroupParent: cfg.GetLinux().GetCgroupParent(),
+		MilliCPU: isolation.MilliCPUOf(r.GetCpuQuota(), r.GetCpuPeriod(), r.GetCpuShares())}
 	if m := cfg.GetMetadata(); m != nil {
 		pod.Name, pod.Namespace, pod.UID = m.Name, m.Namespace, m.Uid
 	}

@@ -82,8 +82,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 }
 
 func podOf(pod *api.PodSandbox) isolation.Pod {
+	cpu := pod.GetLinux().GetPodResources().GetCpu()
 	return isolation.Pod{Name: pod.GetName(), Namespace: pod.GetNamespace(), UID: pod.GetUid(),
-		Annotations: pod.GetAnnotations(), Labels: pod.GetLabels(), CgroupParent: pod.GetLinux().GetCgroupParent()}
+		Annotations: pod.GetAnnotations(), Labels: pod.GetLabels(), CgroupParent: pod.GetLinux().GetCgroupParent(),
+		MilliCPU: isolation.MilliCPUOf(cpu.GetQuota().GetValue(), int64(cpu.GetPeriod().GetValue()), int64(cpu.GetShares().GetValue()))}
 }
 
 // RunPodSandbox lets the agent write the pod's cgroup before its containers exist.
