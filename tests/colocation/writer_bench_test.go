@@ -72,8 +72,12 @@ func (n *benchNode) tree(lentMilli int64) []plugins.Cgroup {
 	}
 	pools := cpu.ComputePools(n.topo, cpuset.New(), cpuset.New(), perNode)
 	t := plugins.NewTree(n.root, n.workloads)
-	cpu.Fill(t, n.topo.AllCPUs(), pools, lentMilli, n.workloads, n.idle)
-	memory.Fill(t, 4<<30, n.workloads)
+	cpu.Fill(t, n.topo.AllCPUs(), pools, lentMilli, n.idle)
+	memory.Fill(t, 4<<30)
+	node := isolation.Node{Pools: pools, LentMilliCPU: lentMilli, LentMemory: 4 << 30, Idle: n.idle}
+	for _, w := range n.workloads {
+		*t.Workload(w) = isolation.Decide(w, node).Settings
+	}
 	return t.Cgroups()
 }
 

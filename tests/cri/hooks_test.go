@@ -1,0 +1,405 @@
+// Package cri_test runs tidal's runtime hooks against real runtimes started by the tests:
+// the CRI proxy in front of Debian's containerd 1.6, the NRI plugin inside a containerd 2
+// built from its Go module (tests/cri/critest). The tests play the kubelet: they make each
+// pod's cgroup under a test root of their own, then call CRI, and read the real cgroup files.
+package cri_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/agent"
+	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/isolation/cri"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+	"github.com/tidalqos/tidal/tests/cri/critest"
+)
+
+const burnerImage = "tidal.test/hooks/burner:1"
+
+var tidalBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tidal-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	tidalBin = filepath.Join(dir, "tidal")
+	build := exec.Command("go", "build", "-o", tidalBin, "github.com/tidalqos/tidal/cmd/tidal")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build tidal:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startAgent runs a standalone agent with the hooks in extra (YAML) and returns its API client.
+func startAgent(t *testing.T, root, extra string) *agent.Client {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`cgroup:
+  root: %s/tidal
+stateDir: %s
+socketPath: %s
+metricsAddress: ""
+logLevel: debug
+cpu:
+  growStepMilliCPU: 10
+%s
+`, root, filepath.Join(dir, "state"), filepath.Join(dir, "tidal.sock"), extra)
+	path := filepath.Join(dir, "tidal.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuffer{}
+	cmd := exec.Command(tidalBin, "agent", "--config", path)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	client := agent.NewClient(filepath.Join(dir, "tidal.sock"))
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", tail(log.String(), 60))
+		}
+		// The agent's own tree goes with the test root.
+	})
+	eventually(t, 15*time.Second, "agent answers", func() error { _, err := client.Status(); return err })
+	return client
+}
+
+func dialCRI(t *testing.T, socket string) runtimeapi.RuntimeServiceClient {
+	t.Helper()
+	eventually(t, 10*time.Second, "socket "+socket, func() error { _, err := os.Stat(socket); return err })
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return runtimeapi.NewRuntimeServiceClient(conn)
+}
+
+// makePodCgroup does the kubelet's part: the pod's cgroup exists before its sandbox.
+func makePodCgroup(t *testing.T, layout *cgroupfs.Layout, parent string) {
+	t.Helper()
+	w, err := isolation.NewWriter(layout, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := strings.TrimPrefix(parent, "/")
+	var cgs []plugins.Cgroup
+	for p := rel; p != "." && p != ""; p = filepath.Dir(p) {
+		cgs = append([]plugins.Cgroup{{Path: p}}, cgs...)
+	}
+	if err := w.Apply(cgs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, layout *cgroupfs.Layout, controller, cg, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(layout.Dir(controller, strings.TrimPrefix(cg, "/")), file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func cpus(t *testing.T, layout *cgroupfs.Layout, cg string) cpuset.CPUSet {
+	t.Helper()
+	s, err := cpuset.Parse(read(t, layout, "cpuset", cg, "cpuset.cpus"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+func oomScoreAdj(t *testing.T, pid int) int {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return v
+}
+
+// reclaimedConfined checks a reclaimed container's cgroup as runc made it: the reclaimed
+// pool, the smallest share (cpu.idle sits on the pod), a quota and a memory limit of what is
+// lent, the highest OOM score.
+func reclaimedConfined(t *testing.T, layout *cgroupfs.Layout, rs runtimeapi.RuntimeServiceClient, cg, id string, pool cpuset.CPUSet) {
+	t.Helper()
+	if got := cpus(t, layout, cg); !got.Equals(pool) {
+		t.Errorf("container cpuset %s, want the reclaimed pool %s", got, pool)
+	}
+	if got := read(t, layout, "cpu", cg, "cpu.shares"); got != "2" {
+		t.Errorf("container cpu.shares %s, want 2", got)
+	}
+	if q, _ := strconv.ParseInt(read(t, layout, "cpu", cg, "cpu.cfs_quota_us"), 10, 64); q <= 0 {
+		t.Errorf("container cfs quota %d, want what is lent", q)
+	}
+	if m, _ := strconv.ParseInt(read(t, layout, "memory", cg, "memory.limit_in_bytes"), 10, 64); m <= 0 || m > 1<<50 {
+		t.Errorf("container memory limit %d, want what is lent", m)
+	}
+	if adj := oomScoreAdj(t, critest.ContainerPID(t, rs, id)); adj != isolation.ReclaimedOOMScoreAdj {
+		t.Errorf("oom_score_adj %d, want %d", adj, isolation.ReclaimedOOMScoreAdj)
+	}
+}
+
+// The CRI proxy in front of containerd 1.6: a reclaimed container is confined before
+// StartContainer returns; a dedicated one gets a core of its own; the kubelet's
+// UpdateContainerResources cannot widen a reclaimed container; once the pod is removed the
+// agent forgets it and nothing is left.
+func TestCRIProxyConfinesFromCreation(t *testing.T) {
+	layout, root := critest.CgroupRoot(t)
+	if layout.Version != cgroupfs.V1 {
+		t.Skip("checks cgroup v1 files")
+	}
+	all := cpus(t, layout, "")
+	if all.Size() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	rt := critest.StartContainerd16(t)
+	rt.ImportImage(t, burnerImage, critest.BuildStatic(t, critest.BurnerPackage))
+	proxySock := filepath.Join(t.TempDir(), "cri.sock")
+	client := startAgent(t, root, fmt.Sprintf("hooks:\n  criProxy: true\n  criSocket: %s\n  runtimeSocket: %s\n", proxySock, rt.Socket()))
+	rs := dialCRI(t, proxySock)
+	t.Cleanup(func() { critest.Cleanup(t, rs) })
+
+	// Reclaimed.
+	uid := "7e11aa00-0001"
+	parent := critest.PodCgroupParent(root, uid)
+	makePodCgroup(t, layout, parent)
+	podID := critest.RunPod(t, rs, "batch", "default", uid, parent, map[string]string{"tidalqos.io/qos-level": "reclaimed"})
+	if idle := filepath.Join(layout.Dir("cpu", strings.TrimPrefix(parent, "/")), "cpu.idle"); fileExists(idle) {
+		if got := read(t, layout, "cpu", parent, "cpu.idle"); got != "1" {
+			t.Errorf("pod cgroup cpu.idle %s right after RunPodSandbox, want 1", got)
+		}
+	}
+	reclaimedPool := cpus(t, layout, root+"/tidal/reclaimed")
+	id := critest.CreateContainer(t, rs, podID, nil, "burner", burnerImage, []string{"--threads", "1"},
+		&runtimeapi.LinuxContainerResources{CpuShares: 1024, CpusetCpus: all.String()}, nil)
+	critest.StartContainer(t, rs, id)
+	cg := parent + "/" + id
+	reclaimedConfined(t, layout, rs, cg, id, reclaimedPool)
+
+	// The kubelet tries to widen it: the proxy keeps the decision.
+	critest.UpdateResources(t, rs, id, &runtimeapi.LinuxContainerResources{CpuShares: 1024, CpusetCpus: all.String()})
+	if got := cpus(t, layout, cg); !got.IsSubsetOf(reclaimedPool) || got.Equals(all) {
+		t.Errorf("after UpdateContainerResources widening it: cpuset %s", got)
+	}
+	if got := read(t, layout, "cpu", cg, "cpu.shares"); got != "2" {
+		t.Errorf("after UpdateContainerResources: cpu.shares %s, want 2", got)
+	}
+
+	// Dedicated: one whole core of its own (the pod-level resources say 1 CPU).
+	duid := "7e11aa00-0002"
+	dparent := "/" + filepath.Join(root, "kubepods", "pod"+duid)
+	makePodCgroup(t, layout, dparent)
+	dcfg := critest.PodConfig("db", "default", duid, dparent, map[string]string{"tidalqos.io/qos-level": "dedicated"})
+	dcfg.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuQuota: 100000, CpuPeriod: 100000, CpuShares: 1024}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	resp, err := rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: dcfg})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	did := critest.CreateContainer(t, rs, resp.PodSandboxId, dcfg, "db", burnerImage, []string{"--threads", "1"},
+		&runtimeapi.LinuxContainerResources{CpuShares: 1024, CpuQuota: 100000, CpuPeriod: 100000, CpusetCpus: all.String()}, nil)
+	critest.StartContainer(t, rs, did)
+	dcpus := cpus(t, layout, dparent+"/"+did)
+	if dcpus.Size() != 1 {
+		t.Fatalf("dedicated container cpuset %s, want one whole core", dcpus)
+	}
+	eventually(t, 10*time.Second, "the dedicated core leaves every other pool", func() error {
+		if got := cpus(t, layout, cg); !got.Intersection(dcpus).IsEmpty() {
+			return fmt.Errorf("reclaimed container cpuset %s shares the dedicated core %s", got, dcpus)
+		}
+		if got := cpus(t, layout, root+"/tidal/shared"); !got.Intersection(dcpus).IsEmpty() {
+			return fmt.Errorf("shared pool %s includes the dedicated core %s", got, dcpus)
+		}
+		return nil
+	})
+
+	// Removal: the runtime removes the containers, the kubelet the pod cgroups; the agent
+	// forgets the pods and nothing is left.
+	critest.Cleanup(t, rs)
+	for _, p := range []string{parent, dparent} {
+		critest.RemoveCgroup(t, p)
+	}
+	eventually(t, 20*time.Second, "the agent forgets removed pods", func() error {
+		s, err := client.Status()
+		if err != nil {
+			return err
+		}
+		if len(s.Workloads) != 0 {
+			return fmt.Errorf("workloads %+v", s.Workloads)
+		}
+		return nil
+	})
+	for _, p := range []string{parent, dparent} {
+		if dirs := critest.CgroupDirs(p); len(dirs) != 0 {
+			t.Errorf("left behind: %v", dirs)
+		}
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+type failingDecider struct{}
+
+func (failingDecider) Sandbox(context.Context, isolation.Pod) error {
+	return errors.New("decider down")
+}
+func (failingDecider) Container(context.Context, isolation.Pod, string) (isolation.Decision, error) {
+	return isolation.Decision{}, errors.New("decider down")
+}
+
+// Fail-open against a real runtime: with tidal's logic failing, the proxy forwards the calls
+// unchanged and the container is created as the kubelet asked.
+func TestCRIProxyFailsOpen(t *testing.T) {
+	layout, root := critest.CgroupRoot(t)
+	if layout.Version != cgroupfs.V1 {
+		t.Skip("checks cgroup v1 files")
+	}
+	rt := critest.StartContainerd16(t)
+	rt.ImportImage(t, burnerImage, critest.BuildStatic(t, critest.BurnerPackage))
+	sock := filepath.Join(t.TempDir(), "cri.sock")
+	p, err := cri.New(cri.Options{Socket: sock, RuntimeSocket: rt.Socket(), Timeout: 100 * time.Millisecond,
+		Decider: failingDecider{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-served })
+	rs := dialCRI(t, sock)
+	t.Cleanup(func() { critest.Cleanup(t, rs) })
+
+	uid := "7e11aa00-0003"
+	parent := critest.PodCgroupParent(root, uid)
+	podID := critest.RunPod(t, rs, "batch", "default", uid, parent, map[string]string{"tidalqos.io/qos-level": "reclaimed"})
+	id := critest.CreateContainer(t, rs, podID, nil, "burner", burnerImage, []string{"--threads", "1"},
+		&runtimeapi.LinuxContainerResources{CpuShares: 512}, nil)
+	critest.StartContainer(t, rs, id)
+	if got := read(t, layout, "cpu", parent+"/"+id, "cpu.shares"); got != "512" {
+		t.Errorf("cpu.shares %s, want the kubelet's 512 (forwarded unchanged)", got)
+	}
+}
+
+// The NRI plugin inside containerd 2: a container created after the plugin connected is
+// adjusted at creation; one already running when it connects is brought to its tier's
+// settings by Synchronize.
+func TestNRIPluginAdjustsAndSynchronizes(t *testing.T) {
+	layout, root := critest.CgroupRoot(t)
+	if layout.Version != cgroupfs.V1 {
+		t.Skip("checks cgroup v1 files")
+	}
+	all := cpus(t, layout, "")
+	nriSock := filepath.Join(t.TempDir(), "nri.sock")
+	rt := critest.StartContainerd2(t, nriSock)
+	rt.ImportImage(t, burnerImage, critest.BuildStatic(t, critest.BurnerPackage))
+	rs, _ := rt.CRI(t)
+	t.Cleanup(func() { critest.Cleanup(t, rs) })
+
+	// Running before tidal connects.
+	early := "7e11aa00-0010"
+	eparent := critest.PodCgroupParent(root, early)
+	makePodCgroup(t, layout, eparent)
+	epod := critest.RunPod(t, rs, "early", "default", early, eparent, map[string]string{"tidalqos.io/qos-level": "reclaimed"})
+	eid := critest.CreateContainer(t, rs, epod, nil, "burner", burnerImage, []string{"--threads", "1"},
+		&runtimeapi.LinuxContainerResources{CpuShares: 1024, CpusetCpus: all.String()}, nil)
+	critest.StartContainer(t, rs, eid)
+	if got := read(t, layout, "cpu", eparent+"/"+eid, "cpu.shares"); got != "1024" {
+		t.Fatalf("before tidal: cpu.shares %s", got)
+	}
+
+	startAgent(t, root, fmt.Sprintf("hooks:\n  nri: true\n  nriSocket: %s\n", rt.NRISocket))
+	eventually(t, 20*time.Second, "Synchronize brings the running container to its tier", func() error {
+		if got := read(t, layout, "cpu", eparent+"/"+eid, "cpu.shares"); got != "2" {
+			return fmt.Errorf("cpu.shares %s", got)
+		}
+		return nil
+	})
+
+	late := "7e11aa00-0011"
+	lparent := critest.PodCgroupParent(root, late)
+	makePodCgroup(t, layout, lparent)
+	lpod := critest.RunPod(t, rs, "late", "default", late, lparent, map[string]string{"tidalqos.io/qos-level": "reclaimed"})
+	reclaimedPool := cpus(t, layout, root+"/tidal/reclaimed")
+	lid := critest.CreateContainer(t, rs, lpod, nil, "burner", burnerImage, []string{"--threads", "1"},
+		&runtimeapi.LinuxContainerResources{CpuShares: 1024, CpusetCpus: all.String()}, nil)
+	critest.StartContainer(t, rs, lid)
+	reclaimedConfined(t, layout, rs, lparent+"/"+lid, lid, reclaimedPool)
+}
