@@ -23,7 +23,10 @@ import (
 // (the arbiter unreachable), the safe default.
 type leasing struct {
 	client *arbiter.Client
-	labels map[string]string
+	// tokenFile is read again when it changes: a projected ServiceAccount token rotates.
+	tokenFile string
+	tokenMod  time.Time
+	labels    map[string]string
 	lease  arbiter.Lease
 	// expires is the lease's end on the agent's own clock (received + the lease's TTL), so a
 	// skew between the two clocks does not stretch it.
@@ -38,19 +41,39 @@ func newLeasing(cfg config.Config) (*leasing, error) {
 	if cfg.Arbiter.URL == "" {
 		return nil, nil
 	}
-	token, err := os.ReadFile(cfg.Arbiter.TokenFile)
-	if err != nil {
-		return nil, fmt.Errorf("arbiter.tokenFile: %w", err)
-	}
 	labels, err := config.ParseLabels(cfg.Arbiter.NodeLabels)
 	if err != nil {
 		return nil, fmt.Errorf("arbiter.nodeLabels: %w", err)
 	}
-	return &leasing{
-		client:    &arbiter.Client{URL: cfg.Arbiter.URL, Token: strings.TrimSpace(string(token)), NodeName: cfg.NodeName},
+	l := &leasing{
+		client:    &arbiter.Client{URL: cfg.Arbiter.URL, NodeName: cfg.NodeName},
+		tokenFile: cfg.Arbiter.TokenFile,
 		labels:    labels,
 		ungranted: map[string]time.Time{},
-	}, nil
+	}
+	if err := l.refreshToken(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// refreshToken reads the token file again if it changed since it was last read.
+func (l *leasing) refreshToken() error {
+	st, err := os.Stat(l.tokenFile)
+	if err != nil {
+		return fmt.Errorf("arbiter.tokenFile: %w", err)
+	}
+	if st.ModTime().Equal(l.tokenMod) && l.client.Token != "" {
+		return nil
+	}
+	token, err := os.ReadFile(l.tokenFile)
+	if err != nil {
+		return fmt.Errorf("arbiter.tokenFile: %w", err)
+	}
+	if t := strings.TrimSpace(string(token)); t != "" {
+		l.client.Token, l.tokenMod = t, st.ModTime()
+	}
+	return nil
 }
 
 // active returns the grants in effect now, by the agent's clock.
@@ -96,7 +119,10 @@ func (a *Agent) reportLoop(ctx context.Context) {
 func (a *Agent) reportOnce(ctx context.Context) {
 	a.mu.Lock()
 	r := a.reportLocked(time.Now())
-	client := a.lease.client
+	if err := a.lease.refreshToken(); err != nil {
+		a.log.Warn("cannot read the arbiter token again; using the last one", "err", err)
+	}
+	client := *a.lease.client // a copy: the token may change under the lock meanwhile
 	a.mu.Unlock()
 
 	lease, err := client.Report(ctx, r)
