@@ -413,6 +413,14 @@ func (a *Agent) nodeReportLocked() kube.NodeReport {
 	if r.Ready {
 		l := a.lendableLocked()
 		r.MilliCPU, r.MemoryBytes, r.GPUs = l.MilliCPU, l.MemoryBytes, int64(l.GPUs)
+		if a.lease != nil {
+			for _, g := range a.lease.active(time.Now()) {
+				if g.Queue != "" && !slices.Contains(r.Queues, g.Queue) {
+					r.Queues = append(r.Queues, g.Queue)
+				}
+			}
+			slices.Sort(r.Queues)
+		}
 	}
 	return r
 }

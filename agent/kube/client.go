@@ -70,6 +70,9 @@ type Client struct {
 	log         *slog.Logger
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
+	// publishedQueues are the queue labels last set on the Node (PublishNode's caller
+	// serializes calls).
+	publishedQueues []string
 }
 
 // NewClient connects as cfg for node; policy is the tier policy ConfigMap "namespace/name".
@@ -208,7 +211,13 @@ type NodeReport struct {
 	Message string
 	// Topology is the per-NUMA view published as the tidalqos.io/topology annotation.
 	Topology any
+	// Queues are the tenant queues the node's lease lends to now; each is a label
+	// queue.tidalqos.io/<queue>=true on the Node, so a queue's offline pods can select it.
+	Queues []string
 }
+
+// LabelQueuePrefix starts the Node labels naming the queues the node lends to.
+const LabelQueuePrefix = "queue.tidalqos.io/"
 
 // PublishNode writes the report on this node: the reclaimed extended resources (capacity and
 // allocatable) and the TidalReclaimReady condition on its status, and the topology annotation.
@@ -218,10 +227,24 @@ func (c *Client) PublishNode(ctx context.Context, r NodeReport, now, transition 
 	if err != nil {
 		return fmt.Errorf("topology annotation: %w", err)
 	}
-	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationTopology: string(topo)}}})
+	labels := map[string]any{}
+	for _, q := range r.Queues {
+		labels[LabelQueuePrefix+q] = "true"
+	}
+	// Queues lent to before and not now: a null in a merge patch removes the label.
+	for _, q := range c.publishedQueues {
+		if _, ok := labels[LabelQueuePrefix+q]; !ok {
+			labels[LabelQueuePrefix+q] = nil
+		}
+	}
+	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{AnnotationTopology: string(topo)},
+		"labels":      labels,
+	}})
 	if _, err := c.cs.CoreV1().Nodes().Patch(ctx, c.node, types.MergePatchType, meta, metav1.PatchOptions{FieldManager: component}); err != nil {
 		return fmt.Errorf("annotate node %s: %w", c.node, err)
 	}
+	c.publishedQueues = append(c.publishedQueues[:0], r.Queues...)
 	resources := map[corev1.ResourceName]string{
 		ResourceReclaimedMilliCPU: strconv.FormatInt(r.MilliCPU, 10),
 		ResourceReclaimedMemory:   strconv.FormatInt(r.MemoryBytes, 10),

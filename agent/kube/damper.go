@@ -1,6 +1,9 @@
 package kube
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Damper decides when a NodeReport is worth publishing, so schedulers do not see the
 // capacity flap: a change is published when it is large enough or old enough.
@@ -21,8 +24,8 @@ func (d *Damper) Due(now time.Time, r NodeReport) bool {
 		return true
 	}
 	last := *d.last
-	if r.Ready != last.Ready || r.Reason != last.Reason {
-		return true // unsafe states go out at once
+	if r.Ready != last.Ready || r.Reason != last.Reason || !slices.Equal(r.Queues, last.Queues) {
+		return true // unsafe states, and lending to another queue, go out at once
 	}
 	for _, v := range [][2]int64{{last.MilliCPU, r.MilliCPU}, {last.MemoryBytes, r.MemoryBytes}, {last.GPUs, r.GPUs}} {
 		old, cur := v[0], v[1]
