@@ -27,7 +27,7 @@ type leasing struct {
 	tokenFile string
 	tokenMod  time.Time
 	labels    map[string]string
-	lease  arbiter.Lease
+	lease     arbiter.Lease
 	// expires is the lease's end on the agent's own clock (received + the lease's TTL), so a
 	// skew between the two clocks does not stretch it.
 	expires  time.Time
