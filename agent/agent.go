@@ -371,6 +371,9 @@ func (a *Agent) applyLocked() error {
 	memory.Fill(tree, plan.ReclaimedMemory)
 	node := a.nodeLocked(plan)
 	for _, w := range ws {
+		if len(w.GPUs) > 0 {
+			_, w.GPUMinors = a.gpus.tracker.Visibility(w.Name)
+		}
 		*tree.Workload(w) = isolation.Decide(w, node).Settings
 	}
 	err := a.writer.Apply(tree.Cgroups())
@@ -387,7 +390,8 @@ func (a *Agent) applyLocked() error {
 
 // nodeLocked is what the decision function needs to know of the node under plan.
 func (a *Agent) nodeLocked(plan advisor.Plan) isolation.Node {
-	return isolation.Node{Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle}
+	return isolation.Node{Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
+		GPUMinors: a.gpus.tracker.Minors()}
 }
 
 // minWrittenMemory is the least memory limit the reclaimed tier gets: 0 would mean "leave

@@ -94,6 +94,8 @@ func newV1Backend(layout *cgroupfs.Layout) *v1Backend {
 			c := cgroup1.NewMemory(root)
 			b.memory = c
 			b.subs = append(b.subs, c)
+		case "devices":
+			b.subs = append(b.subs, cgroup1.NewDevices(root))
 		}
 	}
 	return b
@@ -177,6 +179,10 @@ func (b *v1Backend) read(path string, k knob) (string, error) {
 			return "-1", err
 		}
 		return v, err
+	case knobDevices:
+		// devices.list cannot be read back as rules (a default-allow group lists only
+		// "a *:* rwm"): the value is what tidal wrote, which Forget keeps.
+		return "", nil
 	}
 	return "", fmt.Errorf("unknown knob %d", k)
 }
@@ -202,8 +208,27 @@ func (b *v1Backend) write(path string, k knob, value string) error {
 	case knobMemoryLimit:
 		n, _ := strconv.ParseInt(value, 10, 64)
 		return b.memory.Update(path, &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &n}})
+	case knobDevices:
+		if !b.layout.Has("devices") {
+			return nil
+		}
+		return writeDeviceRules(b.layout.Dir("devices", path), value)
 	}
 	return fmt.Errorf("unknown knob %d", k)
+}
+
+// writeDeviceRules writes "allow r;deny r;..." to devices.allow and devices.deny in order.
+func writeDeviceRules(dir, value string) error {
+	for _, rule := range strings.Split(value, ";") {
+		verb, r, ok := strings.Cut(rule, " ")
+		if !ok || verb != "allow" && verb != "deny" {
+			return fmt.Errorf("device rule %q: want allow or deny and a rule", rule)
+		}
+		if err := writeFile(filepath.Join(dir, "devices."+verb), r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // v2Backend drives a unified hierarchy through containerd/cgroups.
@@ -273,6 +298,9 @@ func (b *v2Backend) fileValue(k knob, value string) string {
 }
 
 func (b *v2Backend) read(path string, k knob) (string, error) {
+	if k == knobDevices {
+		return "", nil // see write
+	}
 	name := v2File(k)
 	data, err := os.ReadFile(filepath.Join(b.layout.Unified, path, name))
 	v := strings.TrimSpace(string(data))
@@ -300,6 +328,10 @@ func (b *v2Backend) read(path string, k knob) (string, error) {
 
 func (b *v2Backend) write(path string, k knob, value string) error {
 	switch {
+	case k == knobDevices:
+		// v2 filters devices with an eBPF program attached by the runtime; tidal does not
+		// replace it (NVIDIA_VISIBLE_DEVICES still limits what the toolkit exposes).
+		return nil
 	case k == knobIdle:
 		return writeFile(filepath.Join(b.layout.Unified, path, "cpu.idle"), value)
 	case k == knobMemoryLimit && value == "-1":

@@ -21,6 +21,8 @@ type Node struct {
 	LentMemory   int64
 	// Idle: the kernel offers cpu.idle, the lowest CPU priority.
 	Idle bool
+	// GPUMinors are the /dev/nvidiaN minors of the node's GPUs.
+	GPUMinors []int
 }
 
 // Decision is what one workload (a pod, a container, a `tidal run` process) gets.
@@ -106,8 +108,12 @@ func Decide(w plugins.Workload, n Node) Decision {
 		s.CPUs, s.Mems = cpuset.New(), cpuset.New()
 	}
 	if w.Tier == qos.Reclaimed || len(w.GPUs) > 0 {
-		// Reclaimed work sees only the GPUs lent to it (none: "void").
+		// Reclaimed work sees only the GPUs lent to it (none: "void"), by the environment
+		// and, for cgroups tidal owns, the device cgroup (a pod's is its runtime's).
 		d.Env = pgpu.Env(w.GPUs)
+		if !w.KubeletOwned {
+			s.Devices = pgpu.DeviceRules(n.GPUMinors, w.GPUMinors)
+		}
 	}
 	return d
 }

@@ -1,6 +1,7 @@
 package isolation_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,9 +60,22 @@ func TestDecideByTier(t *testing.T) {
 	if s := isolation.Decide(plugins.Workload{Name: "b", Tier: qos.Reclaimed}, testNode(false)).Settings; s.CPUShares != cpu.SharesReclaimed || s.CPUIdle != plugins.Unset {
 		t.Errorf("reclaimed without cpu.idle: %+v", s)
 	}
-	gpu := isolation.Decide(plugins.Workload{Name: "g", Tier: qos.Reclaimed, GPUs: []string{"GPU-a", "GPU-b"}}, n)
+	n.GPUMinors = []int{0, 1, 2}
+	gpu := isolation.Decide(plugins.Workload{Name: "g", Tier: qos.Reclaimed, GPUs: []string{"GPU-a", "GPU-b"}, GPUMinors: []int{0, 2}}, n)
 	if gpu.Env["NVIDIA_VISIBLE_DEVICES"] != "GPU-a,GPU-b" {
 		t.Errorf("lent GPUs: env %v", gpu.Env)
+	}
+	if d := gpu.Settings.Devices; !slices.Contains(d, "deny c 195:1 rwm") || slices.Contains(d, "deny c 195:0 rwm") {
+		t.Errorf("device rules with GPUs 0 and 2 lent: %v", d)
+	}
+	if d := isolation.Decide(plugins.Workload{Name: "b", Tier: qos.Reclaimed}, n).Settings.Devices; !slices.Contains(d, "deny c 195:* rwm") {
+		t.Errorf("device rules with no GPU lent: %v", d)
+	}
+	if d := isolation.Decide(plugins.Workload{Name: "w", Tier: qos.Shared}, n).Settings.Devices; d != nil {
+		t.Errorf("online work's devices touched: %v", d)
+	}
+	if d := isolation.Decide(plugins.Workload{Name: "p", Tier: qos.Reclaimed, KubeletOwned: true}, n).Settings.Devices; d != nil {
+		t.Errorf("a pod's device cgroup is its runtime's: %v", d)
 	}
 }
 

@@ -20,12 +20,13 @@ const (
 	knobShares
 	knobQuota
 	knobMemoryLimit
+	knobDevices
 	numKnobs
 )
 
 // String names the knob as metrics and logs show it.
 func (k knob) String() string {
-	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit"}[k]
+	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices"}[k]
 }
 
 const (
@@ -57,6 +58,9 @@ func wanted(s plugins.Settings) map[knob]string {
 	}
 	if s.MemoryLimit != 0 {
 		w[knobMemoryLimit] = strconv.FormatInt(max(s.MemoryLimit, plugins.Unlimited), 10)
+	}
+	if s.Devices != nil {
+		w[knobDevices] = strings.Join(s.Devices, ";")
 	}
 	return w
 }

@@ -219,7 +219,15 @@ func (w *Writer) ForgetPath(path string) {
 func (w *Writer) Forget() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.known = map[string]map[knob]string{}
+	kept := map[string]map[knob]string{}
+	for p, m := range w.known {
+		// Device rules cannot be read back: keep what was written, or each Forget would
+		// write them again.
+		if v, ok := m[knobDevices]; ok {
+			kept[p] = map[knob]string{knobDevices: v}
+		}
+	}
+	w.known = kept
 	w.backend.forget()
 }
 

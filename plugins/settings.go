@@ -30,6 +30,10 @@ type Settings struct {
 	CPUQuota int64
 	// MemoryLimit is a hard limit in bytes, or Unlimited.
 	MemoryLimit int64
+	// Devices are device cgroup rules applied in order, each "allow <rule>" or
+	// "deny <rule>" with a rule as the kernel takes it ("c 195:* rwm"); nil leaves them.
+	// cgroup v1 only: on v2 device access is an eBPF program, left to the runtime.
+	Devices []string
 }
 
 // Cgroup is the desired state of one cgroup. Path is relative to the hierarchy root

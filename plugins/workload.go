@@ -27,8 +27,10 @@ type Workload struct {
 	Queue string
 	// GPUs are the UUIDs of the GPUs it may use: lent ones (reclaimed) or its own
 	// (dedicated).
-	GPUs    []string
-	Started time.Time
+	GPUs []string
+	// GPUMinors are the /dev/nvidiaN minors of GPUs, for the device cgroup.
+	GPUMinors []int
+	Started   time.Time
 
 	// KubeletOwned: the cgroup is a pod's, made and removed by the kubelet. tidal never
 	// creates or removes it and writes only what its tier decides (pools, reclaimed caps);

@@ -588,6 +588,42 @@ func (t *Tracker) Visibility(workload string) (env map[string]string, deviceMino
 	return Env(a.uuids), deviceMinors
 }
 
+// Minors are the /dev/nvidiaN minors of every GPU known, sorted.
+func (t *Tracker) Minors() []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []int
+	for _, d := range t.devices {
+		if d.info.Minor >= 0 {
+			out = append(out, d.info.Minor)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// DeviceRules are the device cgroup rules that let a workload reach only the GPUs whose
+// minors it holds, on a node whose GPUs have minors all. A v1 devices cgroup under a
+// default-allow parent keeps a list of denied devices, and an allow only removes the exact
+// entry: so the rules first clear every entry tidal may have made (all NVIDIA devices, each
+// GPU), then deny all NVIDIA devices (nvidiactl too) when it holds none, or each GPU it does
+// not hold (nvidiactl and nvidia-uvm stay reachable: CUDA needs them, they give no GPU).
+func DeviceRules(all, held []int) []string {
+	rules := []string{fmt.Sprintf("allow c %d:* rwm", NvidiaMajor)}
+	for _, m := range all {
+		rules = append(rules, fmt.Sprintf("allow c %d:%d rwm", NvidiaMajor, m))
+	}
+	if len(held) == 0 {
+		return append(rules, fmt.Sprintf("deny c %d:* rwm", NvidiaMajor))
+	}
+	for _, m := range all {
+		if !slices.Contains(held, m) {
+			rules = append(rules, fmt.Sprintf("deny c %d:%d rwm", NvidiaMajor, m))
+		}
+	}
+	return rules
+}
+
 // Device-cgroup numbers of the NVIDIA character devices.
 const (
 	NvidiaMajor    = 195 // /dev/nvidiaN is 195:N

@@ -547,3 +547,14 @@ func TestAdoptAfterRestart(t *testing.T) {
 		t.Fatalf("victims: %+v", v)
 	}
 }
+
+func TestDeviceRules(t *testing.T) {
+	none := DeviceRules([]int{0, 1}, nil)
+	if got := strings.Join(none, ";"); got != "allow c 195:* rwm;allow c 195:0 rwm;allow c 195:1 rwm;deny c 195:* rwm" {
+		t.Errorf("no GPU held: %s", got)
+	}
+	one := DeviceRules([]int{0, 1, 2}, []int{1})
+	if got := strings.Join(one, ";"); got != "allow c 195:* rwm;allow c 195:0 rwm;allow c 195:1 rwm;allow c 195:2 rwm;deny c 195:0 rwm;deny c 195:2 rwm" {
+		t.Errorf("GPU 1 held: %s", got)
+	}
+}

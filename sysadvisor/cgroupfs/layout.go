@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -25,6 +26,9 @@ func (v Version) String() string { return fmt.Sprintf("v%d", int(v)) }
 
 // Controllers tidal uses. On v1 each may be mounted alone or co-mounted (cpu,cpuacct).
 var v1Controllers = []string{"cpu", "cpuacct", "cpuset", "memory"}
+
+// v1Optional controllers are used when mounted: devices (GPU access of reclaimed work).
+var v1Optional = []string{"devices"}
 
 // Layout says where the controllers tidal uses are mounted.
 type Layout struct {
@@ -107,10 +111,8 @@ func v1Mounts(mountinfo, mountPoint string) (map[string]string, error) {
 			continue
 		}
 		for _, opt := range strings.Split(rf[2], ",") {
-			for _, c := range v1Controllers {
-				if opt == c {
-					mounts[c] = dir
-				}
+			if slices.Contains(v1Controllers, opt) || slices.Contains(v1Optional, opt) {
+				mounts[opt] = dir
 			}
 		}
 	}
@@ -131,8 +133,8 @@ func (l *Layout) Controllers() map[string]string {
 	}
 	out := map[string]string{}
 	seen := map[string]bool{}
-	for _, c := range v1Controllers {
-		if seen[l.v1[c]] {
+	for _, c := range append(append([]string(nil), v1Controllers...), v1Optional...) {
+		if l.v1[c] == "" || seen[l.v1[c]] {
 			continue
 		}
 		seen[l.v1[c]] = true
@@ -140,6 +142,9 @@ func (l *Layout) Controllers() map[string]string {
 	}
 	return out
 }
+
+// Has says whether a v1 controller is mounted (every controller is, on v2).
+func (l *Layout) Has(controller string) bool { return l.Version == V2 || l.v1[controller] != "" }
 
 // Dir is the absolute directory of the cgroup rel (a path relative to the hierarchy root) for a
 // controller. On v2 the controller is ignored.

@@ -4,13 +4,18 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
 
 // A reclaimed burner runs in its own cgroup with the lowest CPU priority, a quota equal to
@@ -315,5 +320,31 @@ func TestGPUVisibilityWithoutGPUs(t *testing.T) {
 	}
 	if s := n.status(); s.Lendable.GPUs != 0 || len(s.GPUs) != 0 {
 		t.Errorf("status shows GPUs on a machine without: %+v %+v", s.Lendable, s.GPUs)
+	}
+}
+
+// The device cgroup keeps reclaimed work away from GPUs not lent to it: with none lent here, a
+// reclaimed workload cannot open an NVIDIA device node (char 195:N), while online work reaches
+// the device (and finds no driver behind it).
+func TestReclaimedWorkCannotOpenUnlentGPUs(t *testing.T) {
+	n := newNode(t, "")
+	if !n.layout.Has("devices") || n.layout.Version != cgroupfs.V1 {
+		t.Skip("needs the cgroup v1 devices controller")
+	}
+	dev := filepath.Join(t.TempDir(), "nvidia0")
+	if err := syscall.Mknod(dev, syscall.S_IFCHR|0o666, int(unix.Mkdev(195, 0))); err != nil {
+		t.Skipf("cannot make a device node here: %v", err)
+	}
+	n.start()
+	open := "exec 3<" + dev + " && echo opened || echo failed"
+	cmd, out := n.run("--tier", "reclaimed", "--", "sh", "-c", open)
+	_ = cmd.Wait()
+	if !strings.Contains(out.String(), "Operation not permitted") {
+		t.Errorf("reclaimed work opening %s: %q, want Operation not permitted (device cgroup)", dev, out)
+	}
+	cmd, out = n.run("--tier", "shared", "--", "sh", "-c", open)
+	_ = cmd.Wait()
+	if strings.Contains(out.String(), "Operation not permitted") {
+		t.Errorf("online work was denied the device: %q", out)
 	}
 }
