@@ -13,9 +13,9 @@ import (
 // Authenticator says who sent a request. It returns the name of the node the request's
 // credentials are bound to: a report is accepted only for that node.
 //
-// Standalone, TokenFile binds one bearer token to each node. In Kubernetes an implementation
-// would send the bearer token to a TokenReview and take the node name from the bound pod's
-// node (the authentication.kubernetes.io/node-name extra of a projected ServiceAccount token).
+// Standalone, TokenFile binds one bearer token to each node. In Kubernetes, TokenReviewer sends
+// the bearer token to a TokenReview and takes the node name from the bound pod's node (the
+// authentication.kubernetes.io/node-name extra of a projected ServiceAccount token).
 type Authenticator interface {
 	Authenticate(r *http.Request) (node string, err error)
 }
@@ -23,6 +23,10 @@ type Authenticator interface {
 // ErrUnauthenticated is returned (wrapped) by an Authenticator for missing or unknown
 // credentials; the server answers 401.
 var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ErrAuthUnavailable is returned (wrapped) by an Authenticator that could not check the
+// credentials (the API server did not answer); the server answers 503, not 401.
+var ErrAuthUnavailable = errors.New("cannot check credentials now")
 
 // TokenFile authenticates bearer tokens listed in a YAML file that maps node names to tokens:
 //
@@ -84,8 +88,8 @@ func (t *TokenFile) Len() int {
 	return len(t.byHash)
 }
 
-// Authenticate implements Authenticator.
-func (t *TokenFile) Authenticate(r *http.Request) (string, error) {
+// bearerToken returns the request's bearer token.
+func bearerToken(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if h == "" {
@@ -94,6 +98,15 @@ func (t *TokenFile) Authenticate(r *http.Request) (string, error) {
 	tok = strings.TrimSpace(tok)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return "", fmt.Errorf("%w: the Authorization header is not \"Bearer TOKEN\"", ErrUnauthenticated)
+	}
+	return tok, nil
+}
+
+// Authenticate implements Authenticator.
+func (t *TokenFile) Authenticate(r *http.Request) (string, error) {
+	tok, err := bearerToken(r)
+	if err != nil {
+		return "", err
 	}
 	t.mu.RLock()
 	e, found := t.byHash[sha256.Sum256([]byte(tok))]

@@ -14,11 +14,17 @@
 //     per-queue and per-rule aggregates.
 //   - auth.go, store.go, source.go: the parts a Kubernetes deployment swaps out, each behind a
 //     small interface (Authenticator, Store, PolicySource).
-//   - server.go, metrics.go: the HTTP JSON API and its Prometheus metrics.
+//   - server.go, metrics.go: the HTTP JSON API and its Prometheus metrics. Under leader
+//     election (Options.Leadership) only the leader decides; followers answer 503.
+//   - kube.go and kube_*.go, leader.go: the kubernetes mode. TokenReviewer (agents' tokens
+//     through TokenReviews, bound to their pod's node), ConfigMapPolicy, NodeStore (lending
+//     rules select by the Node's labels; leases kept in a Node annotation), LeaderElection (a
+//     coordination.k8s.io Lease), and Kubernetes, which wires them to the API server.
 //   - client.go: what an agent calls (Client.Report).
 //   - config.go: the `tidal arbiter` process configuration.
 //
-// Nothing here holds global mutable state; every goroutine is started by Server.Run or
-// Server.Serve and stops when their context ends. docs/arbiter.md is the operator's guide and
+// Nothing here holds global mutable state; every goroutine is started by Server.Run,
+// Server.Serve, Kubernetes.Start or Kubernetes.Serve and stops when their context ends (or
+// Kubernetes.Stop is called). docs/arbiter.md is the operator's guide and
 // docs/arbiter-openapi.yaml the API reference.
 package arbiter

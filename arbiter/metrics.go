@@ -10,11 +10,13 @@ import (
 // Report results, the values of the result label of tidal_arbiter_reports_total.
 const (
 	resultAccepted        = "accepted"
-	resultInvalid         = "invalid"         // 400
-	resultUnauthenticated = "unauthenticated" // 401
-	resultForbidden       = "forbidden"       // 403: the credentials are another node's
-	resultTooLarge        = "too_large"       // 413
-	resultBadMediaType    = "bad_media_type"  // 415
+	resultInvalid         = "invalid"          // 400
+	resultUnauthenticated = "unauthenticated"  // 401
+	resultForbidden       = "forbidden"        // 403: the credentials are another node's
+	resultTooLarge        = "too_large"        // 413
+	resultBadMediaType    = "bad_media_type"   // 415
+	resultNotLeader       = "not_leader"       // 503: a follower under leader election
+	resultAuthUnavailable = "auth_unavailable" // 503: the credentials could not be checked
 )
 
 // metrics are the arbiter's Prometheus metrics, on a registry of their own.
@@ -31,7 +33,7 @@ func newMetrics(s *Server) *metrics {
 		registry: prometheus.NewRegistry(),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tidal_arbiter_reports_total",
-			Help: "Node reports received, by result (accepted, invalid, unauthenticated, forbidden, too_large, bad_media_type).",
+			Help: "Node reports received, by result (accepted, invalid, unauthenticated, forbidden, too_large, bad_media_type, not_leader, auth_unavailable).",
 		}, []string{"result"}),
 		reportTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tidal_arbiter_report_duration_seconds",
@@ -47,7 +49,7 @@ func newMetrics(s *Server) *metrics {
 			Help: "Saves of the state file, by result (success, failure).",
 		}, []string{"result"}),
 	}
-	for _, r := range []string{resultAccepted, resultInvalid, resultUnauthenticated, resultForbidden, resultTooLarge, resultBadMediaType} {
+	for _, r := range []string{resultAccepted, resultInvalid, resultUnauthenticated, resultForbidden, resultTooLarge, resultBadMediaType, resultNotLeader, resultAuthUnavailable} {
 		m.reports.WithLabelValues(r)
 	}
 	for _, r := range []string{"success", "failure"} {
@@ -57,7 +59,17 @@ func newMetrics(s *Server) *metrics {
 	m.registry.MustRegister(m.reports, m.reportTime, m.reloads, m.saves,
 		&viewCollector{s: s},
 		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tidal_arbiter_leader",
+			Help: "1 on the replica that decides (always, standalone), 0 on followers.",
+		}, func() float64 {
+			if s.leading() {
+				return 1
+			}
+			return 0
+		}))
+	m.registry.MustRegister(s.opts.Collectors...)
 	return m
 }
 

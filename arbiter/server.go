@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -47,6 +49,29 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives the server's logs (default: discarded).
 	Logger *slog.Logger
+
+	// NodeLabels, when set, gives the labels lending rules select a node by, in place of the
+	// labels its report claims (Kubernetes: the Node object's, which an agent cannot set).
+	NodeLabels NodeLabeler
+	// Leadership, when set, makes the server one of several replicas of which only the leader
+	// decides: followers answer 503 (reports, views, /readyz) and save nothing, and the
+	// leader restores the leases from the Store when it starts leading (Lead).
+	Leadership Leadership
+	// Collectors are more metrics served on /metrics (those of the Kubernetes parts).
+	Collectors []prometheus.Collector
+}
+
+// NodeLabeler returns a node's labels; ok is false for a node it does not know.
+type NodeLabeler interface {
+	NodeLabels(node string) (labels map[string]string, ok bool)
+}
+
+// Leadership says whether this replica is the one that decides.
+type Leadership interface {
+	// Leading reports whether this replica leads now.
+	Leading() bool
+	// Leader names the leader as last seen ("" when unknown), for messages.
+	Leader() string
 }
 
 // Defaults.
@@ -110,7 +135,9 @@ func NewServer(opts Options) (*Server, error) {
 	now := s.now()
 
 	var saved *State
-	if opts.Store != nil {
+	// A replica under leader election loads the leases when it starts leading (Lead): what
+	// the Store holds now would be stale by then.
+	if opts.Store != nil && opts.Leadership == nil {
 		var err error
 		if saved, err = opts.Store.Load(); err != nil {
 			return nil, err
@@ -158,6 +185,32 @@ func (s *Server) View() *View { return s.view }
 
 // Policy returns the policy in force.
 func (s *Server) Policy() *Policy { return s.policy.Load().Policy }
+
+// leading reports whether this server decides: always, without leader election.
+func (s *Server) leading() bool { return s.opts.Leadership == nil || s.opts.Leadership.Leading() }
+
+// Lead is called when this replica becomes the leader. It replaces the view with the leases
+// in the Store (those the previous leader saved), so that renewals keep their generations and
+// GPUs. On error the view starts empty and fills with the next reports.
+func (s *Server) Lead() error {
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	var leases []SavedLease
+	var err error
+	if s.opts.Store != nil {
+		var st *State
+		if st, err = s.opts.Store.Load(); err == nil && st != nil {
+			leases = st.Leases
+		}
+	}
+	s.view.Restore(leases, s.now(), s.opts.NodeTimeout)
+	s.savedChanges = s.view.Changes()
+	if err != nil {
+		return fmt.Errorf("restoring leases: %w", err)
+	}
+	s.log.Info("leading: restored the saved leases", "nodes", s.view.Len())
+	return nil
+}
 
 // Reload loads the policy from its source again. On error the policy in force stays and the
 // error (every problem, with file:line) is returned.
@@ -215,7 +268,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Save writes the state to the Store when it changed since the last save.
 func (s *Server) Save() error {
-	if s.opts.Store == nil {
+	if s.opts.Store == nil || !s.leading() {
 		return nil
 	}
 	s.saveMu.Lock()
@@ -292,6 +345,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/queues/{name}", s.authed(s.handleQueue))
 	mux.HandleFunc("GET /v1/rules", s.authed(s.handleRules))
 	mux.HandleFunc("GET /healthz", s.handleHealth)
+	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
 	return recoverer(s.log, mux)
 }
@@ -321,11 +375,14 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) report(w http.ResponseWriter, r *http.Request) string {
+	// Before authenticating: a follower spends no TokenReview on a report it cannot decide.
+	if !s.leading() {
+		s.writeNotLeader(w)
+		return resultNotLeader
+	}
 	node, err := s.opts.Auth.Authenticate(r)
 	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="tidal-arbiter"`)
-		writeError(w, http.StatusUnauthorized, FieldErrors{{Msg: err.Error()}})
-		return resultUnauthenticated
+		return writeAuthError(w, err)
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
@@ -352,6 +409,15 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) string {
 		writeError(w, http.StatusBadRequest, asFieldErrors(err))
 		return resultInvalid
 	}
+	if s.opts.NodeLabels != nil {
+		labels, ok := s.opts.NodeLabels.NodeLabels(node)
+		if !ok {
+			writeError(w, http.StatusForbidden, FieldErrors{{Field: "node", Msg: fmt.Sprintf("%q has no Node object: lending rules select nodes by their Node's labels", node)}})
+			return resultForbidden
+		}
+		// The view keeps the report: a copy, since the labeler's maps are shared.
+		report.Labels = maps.Clone(labels)
+	}
 	_, lease := s.view.Accept(s.Policy(), now, report, s.opts.LeaseTTL)
 	writeRawJSON(w, http.StatusOK, lease)
 	return resultAccepted
@@ -365,16 +431,44 @@ func asFieldErrors(err error) FieldErrors {
 	return FieldErrors{{Msg: err.Error()}}
 }
 
-// authed lets a request through with any valid credentials.
+// authed lets a request through with any valid credentials, on the leader only: a
+// follower's view is empty or stale.
 func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.leading() {
+			s.writeNotLeader(w)
+			return
+		}
 		if _, err := s.opts.Auth.Authenticate(r); err != nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tidal-arbiter"`)
-			writeError(w, http.StatusUnauthorized, FieldErrors{{Msg: err.Error()}})
+			writeAuthError(w, err)
 			return
 		}
 		h(w, r)
 	}
+}
+
+// writeAuthError answers a failed authentication: 503 when the credentials could not be
+// checked (the API server unreachable), 401 otherwise. It returns the report result.
+func writeAuthError(w http.ResponseWriter, err error) string {
+	if errors.Is(err, ErrAuthUnavailable) {
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, FieldErrors{{Msg: err.Error()}})
+		return resultAuthUnavailable
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="tidal-arbiter"`)
+	writeError(w, http.StatusUnauthorized, FieldErrors{{Msg: err.Error()}})
+	return resultUnauthenticated
+}
+
+// writeNotLeader answers 503 on a follower.
+func (s *Server) writeNotLeader(w http.ResponseWriter) {
+	leader := s.opts.Leadership.Leader()
+	if leader == "" {
+		leader = "not known yet"
+	}
+	w.Header().Set("Retry-After", "2")
+	writeError(w, http.StatusServiceUnavailable, FieldErrors{{Msg: fmt.Sprintf(
+		"this arbiter replica is not the leader (the leader is %s): only the leader decides; the Service routes to it once it is ready", clip(leader))}})
 }
 
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
@@ -425,6 +519,16 @@ func (s *Server) handleRules(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "nodes": s.view.Len(), "policySHA256": s.policy.Load().Digest})
+}
+
+// handleReady is GET /readyz: 200 on the replica that decides, 503 on followers, so that a
+// Service routes to the leader only.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if !s.leading() {
+		s.writeNotLeader(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "leader": true})
 }
 
 // errorBody is the body of every error answer.

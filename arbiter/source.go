@@ -7,7 +7,7 @@ import (
 )
 
 // PolicySource is where the arbiter gets its policy. Standalone it is a file (FilePolicy); in
-// Kubernetes it would be a ConfigMap watched through an informer.
+// Kubernetes a ConfigMap watched through an informer (ConfigMapPolicy).
 type PolicySource interface {
 	// Load returns the current policy. An error leaves the arbiter on the policy it has.
 	Load() (*Policy, error)

@@ -13,8 +13,8 @@ import (
 )
 
 // Store persists the arbiter's state between restarts. Standalone it is a file (FileStore).
-// In Kubernetes the arbiter keeps no state of its own (Node objects and the policy ConfigMap
-// hold it), so a deployment there uses no Store.
+// In Kubernetes the arbiter keeps no state of its own: NodeStore keeps each lease on its Node
+// object, and the policy ConfigMap is the policy's record.
 type Store interface {
 	// Load returns the saved state, or nil and no error when nothing was saved yet.
 	Load() (*State, error)

@@ -11,12 +11,14 @@ import (
 	"github.com/tidalqos/tidal/arbiter"
 )
 
-// runArbiter is `tidal arbiter [--config FILE]`: the central arbiter, standalone (bearer tokens
-// from a file, policy from a file polled for changes, state in a file under the state dir).
-// See docs/arbiter.md.
+// runArbiter is `tidal arbiter [--config FILE] [--kubeconfig FILE]`: the central arbiter,
+// standalone (bearer tokens from a file, policy from a file polled for changes, state in a
+// file under the state dir) or in Kubernetes (TokenReviews, a policy ConfigMap, leases on the
+// Node objects, leader election). See docs/arbiter.md.
 func runArbiter(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("arbiter", flag.ContinueOnError)
 	configPath := fs.String("config", "", "YAML config file (see docs/arbiter.md); defaults apply without one")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (kubernetes mode); overrides kubernetes.kubeconfig")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -30,20 +32,14 @@ func runArbiter(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	if *kubeconfig != "" {
+		if cfg.Mode != arbiter.ModeKubernetes {
+			return fmt.Errorf("--kubeconfig: the arbiter is in %s mode: set \"mode: kubernetes\" in the config", cfg.Mode)
+		}
+		cfg.Kubernetes.Kubeconfig = *kubeconfig
+	}
 	log := newLogger(cfg.LogLevel, os.Stderr)
-
-	tokens, err := arbiter.LoadTokenFile(cfg.TokensFile)
-	if err != nil {
-		return err
-	}
-	store, err := arbiter.NewFileStore(cfg.StateDir)
-	if err != nil {
-		return err
-	}
-	srv, err := arbiter.NewServer(arbiter.Options{
-		Policy:          arbiter.NewFilePolicy(cfg.PolicyFile),
-		Auth:            tokens,
-		Store:           store,
+	opts := arbiter.Options{
 		LeaseTTL:        cfg.LeaseTTL,
 		NodeTimeout:     cfg.NodeTimeout,
 		MaxClockSkew:    cfg.MaxClockSkew,
@@ -51,7 +47,36 @@ func runArbiter(ctx context.Context, args []string) error {
 		PollInterval:    cfg.PollInterval,
 		PersistInterval: cfg.PersistInterval,
 		Logger:          log,
-	})
+	}
+
+	var kube *arbiter.Kubernetes
+	var startLog []any
+	if cfg.Mode == arbiter.ModeKubernetes {
+		var err error
+		if kube, err = arbiter.NewKubernetes(cfg.Kubernetes, log); err != nil {
+			return err
+		}
+		if err := kube.Start(ctx); err != nil {
+			return err
+		}
+		defer kube.Stop()
+		kube.Apply(&opts)
+		k := cfg.Kubernetes
+		startLog = []any{"mode", cfg.Mode, "namespace", k.Namespace, "lease", k.LeaseName, "identity", kube.Election.Identity(),
+			"agents", k.AgentServiceAccount, "audiences", k.Audiences, "tokenCacheTTL", k.TokenCacheTTL}
+	} else {
+		tokens, err := arbiter.LoadTokenFile(cfg.TokensFile)
+		if err != nil {
+			return err
+		}
+		store, err := arbiter.NewFileStore(cfg.StateDir)
+		if err != nil {
+			return err
+		}
+		opts.Policy, opts.Auth, opts.Store = arbiter.NewFilePolicy(cfg.PolicyFile), tokens, store
+		startLog = []any{"mode", cfg.Mode, "tokens", tokens.Len(), "stateDir", cfg.StateDir}
+	}
+	srv, err := arbiter.NewServer(opts)
 	if err != nil {
 		return err
 	}
@@ -73,10 +98,13 @@ func runArbiter(ctx context.Context, args []string) error {
 		log.Warn("serving plain HTTP on a non-loopback address: bearer tokens travel in clear; set tlsCertFile and tlsKeyFile", "address", cfg.ListenAddress)
 	}
 	p := srv.Policy()
-	log.Info("arbiter listening", "url", scheme+"://"+ln.Addr().String(), "policy", p.Source,
-		"queues", len(p.Queues), "rules", len(p.Rules), "tokens", tokens.Len(), "stateDir", cfg.StateDir,
-		"leaseTTL", cfg.LeaseTTL, "nodeTimeout", cfg.NodeTimeout)
-	err = srv.Serve(ctx, ln)
+	log.Info("arbiter listening", append([]any{"url", scheme + "://" + ln.Addr().String(), "policy", p.Source,
+		"queues", len(p.Queues), "rules", len(p.Rules), "leaseTTL", cfg.LeaseTTL, "nodeTimeout", cfg.NodeTimeout}, startLog...)...)
+	if kube != nil {
+		err = kube.Serve(ctx, srv, ln)
+	} else {
+		err = srv.Serve(ctx, ln)
+	}
 	log.Info("arbiter stopped", "err", err)
 	return err
 }
