@@ -24,10 +24,10 @@ var version = "dev"
 const usage = `tidal: a node-level colocation QoS agent
 
 Usage:
-  tidal agent [--config FILE]          run the node daemon
+  tidal agent [--config FILE]           run the node daemon (--node-name, --kubeconfig)
   tidal run --tier TIER [flags] -- CMD  run CMD as a workload managed by the agent
   tidal status [--json]                 what the agent is doing and why
-  tidal arbiter [--config FILE]         the central arbiter: node reports, queues, leases
+  tidal arbiter [--config FILE]         the central arbiter: node reports, queues, leases (--kubeconfig)
   tidal demo [--duration 75s]           a live colocation demo on this host (root)
   tidal version
 

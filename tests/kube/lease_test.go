@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // leaseArbiter runs a standalone `tidal arbiter` (bearer token file, policy file) on loopback
@@ -86,6 +90,52 @@ func TestNodeCarriesItsLeasedQueues(t *testing.T) {
 	eventually(t, 30*time.Second, "queue label removed when the lease stops lending to it", func() error {
 		if v, ok := c.node(t, "node-a").Labels["queue.tidalqos.io/queue-1"]; ok {
 			return fmt.Errorf("label still %q", v)
+		}
+		return nil
+	})
+	n.alive()
+}
+
+// (The arbiter's default 30 s lease needs reports at least every 3 s: an agent honours a
+// lease of at most 10 report intervals.)
+//
+// End to end in Kubernetes: an agent whose token is bound to its pod reports to the arbiter in
+// kubernetes mode (TokenReview, leader, policy from its ConfigMap, rules matching the Node's
+// labels); its lease lends to queue-1 and the Node carries the queue's label.
+func TestAgentLeaseFromTheKubernetesArbiter(t *testing.T) {
+	e := newArbEnv(t, arbPolicy(600), nil)
+	arb := e.startArb("arb", "")
+	eventually(t, 30*time.Second, "arbiter leads", func() error {
+		if !arb.ready() {
+			return fmt.Errorf("not ready")
+		}
+		return nil
+	})
+	tok, _ := e.agentToken("node-a", arbAudience)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := newKubeNode(t, e.cluster, "node-a", "cgroupfs", fmt.Sprintf("arbiter:\n  url: %s\n  tokenFile: %s\n  reportInterval: 3s\n", arb.url, tokenFile))
+	patch := []byte(`{"metadata":{"labels":{"tidalqos.io/pool":"batch"}}}`)
+	if _, err := e.admin.CoreV1().Nodes().Patch(context.Background(), "node-a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	eventually(t, 30*time.Second, "lease for queue-1 and its label on the Node", func() error {
+		s := n.status()
+		if s.Lease == nil || !s.Lease.Active {
+			return fmt.Errorf("lease %+v", s.Lease)
+		}
+		granted := false
+		for _, g := range s.Lease.Grants {
+			granted = granted || g.Queue == "queue-1" && g.MilliCPU > 0
+		}
+		if !granted {
+			return fmt.Errorf("grants %+v", s.Lease.Grants)
+		}
+		if v := e.node(t, "node-a").Labels["queue.tidalqos.io/queue-1"]; v != "true" {
+			return fmt.Errorf("node labels %v", e.node(t, "node-a").Labels)
 		}
 		return nil
 	})
