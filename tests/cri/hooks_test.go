@@ -5,7 +5,6 @@
 package cri_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,46 +30,14 @@ import (
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/tests/cri/critest"
+	"github.com/tidalqos/tidal/tests/testutil"
 )
 
 const burnerImage = "tidal.test/hooks/burner:1"
 
 var tidalBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tidal-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	tidalBin = filepath.Join(dir, "tidal")
-	build := exec.Command("go", "build", "-o", tidalBin, "github.com/tidalqos/tidal/cmd/tidal")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tidal:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+func TestMain(m *testing.M) { testutil.RunSuite(m, &tidalBin) }
 
 // startAgent runs a standalone agent with the hooks in extra (YAML) and returns its API client.
 func startAgent(t *testing.T, root, extra string) *agent.Client {
@@ -161,27 +127,6 @@ func cpus(t *testing.T, layout *cgroupfs.Layout, cg string) cpuset.CPUSet {
 		t.Fatal(err)
 	}
 	return s
-}
-
-func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
 
 func oomScoreAdj(t *testing.T, pid int) int {
@@ -403,3 +348,11 @@ func TestNRIPluginAdjustsAndSynchronizes(t *testing.T) {
 	critest.StartContainer(t, rs, lid)
 	reclaimedConfined(t, layout, rs, lparent+"/"+lid, lid, reclaimedPool)
 }
+
+// Shared helpers, under the names these tests use.
+var (
+	eventually = testutil.Eventually
+	tail       = testutil.Tail
+)
+
+type syncBuffer = testutil.SyncBuffer

@@ -4,13 +4,11 @@
 package integration
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,28 +17,13 @@ import (
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+	"github.com/tidalqos/tidal/tests/testutil"
 )
 
 // tidalBin is the binary under test, built once by TestMain.
 var tidalBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tidal-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	tidalBin = filepath.Join(dir, "tidal")
-	build := exec.Command("go", "build", "-o", tidalBin, "github.com/tidalqos/tidal/cmd/tidal")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tidal:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testutil.RunSuite(m, &tidalBin) }
 
 // node is one agent under test with its own cgroup root, socket and state.
 type node struct {
@@ -104,30 +87,6 @@ func (n *node) start() {
 func (n *node) kill9() {
 	_ = n.agent.Process.Kill()
 	_, _ = n.agent.Process.Wait()
-}
-
-// syncBuffer is an output buffer a test may read while the process still writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
 }
 
 // run starts `tidal run ARGS` in its own process group, killed at the end of the test.
@@ -195,15 +154,7 @@ func (n *node) file(controller, rel, name string) string {
 
 func (n *node) eventually(timeout time.Duration, what string, f func() error) {
 	n.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	n.t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+	testutil.Eventually(n.t, timeout, what, f)
 }
 
 // cpuUsage is a cgroup's CPU time used over d.
@@ -221,15 +172,12 @@ func (n *node) cpuUsage(rel string, d time.Duration) time.Duration {
 	return b - a
 }
 
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
-}
-
 func readFile(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	return string(data), err
 }
+
+// Shared helpers, under the names these tests use.
+var tail = testutil.Tail
+
+type syncBuffer = testutil.SyncBuffer

@@ -5,14 +5,12 @@
 package kube_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,27 +26,12 @@ import (
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/tests/kube/kubetest"
+	"github.com/tidalqos/tidal/tests/testutil"
 )
 
 var tidalBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tidal-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	tidalBin = filepath.Join(dir, "tidal")
-	build := exec.Command("go", "build", "-o", tidalBin, "github.com/tidalqos/tidal/cmd/tidal")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build tidal:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testutil.RunSuite(m, &tidalBin) }
 
 // cluster is a real API server with deploy/ applied.
 type cluster struct {
@@ -362,40 +345,10 @@ func (n *kubeNode) file(controller, rel, name string) string {
 	return strings.TrimSpace(string(data))
 }
 
-func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-}
+// Shared helpers, under the names these tests use.
+var (
+	eventually = testutil.Eventually
+	tail       = testutil.Tail
+)
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
-}
+type syncBuffer = testutil.SyncBuffer

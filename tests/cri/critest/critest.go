@@ -29,6 +29,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/tidalqos/tidal/tests/testutil"
 )
 
 const (
@@ -174,20 +176,7 @@ func StartContainerd2(t testing.TB, nriSocket string) *Runtime {
 // It fails the test when one is missing.
 func Containerd2Binaries(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv("TIDAL_CRI_TOOLS")
-	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			t.Fatalf("critest: %v; set TIDAL_CRI_TOOLS or run scripts/cri-tools.sh (make test does)", err)
-		}
-		dir = filepath.Join(root, ".cache", "cri-tools", "bin")
-	}
-	for _, name := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			t.Fatalf("critest: %s missing in %s: run scripts/cri-tools.sh (make test does)", name, dir)
-		}
-	}
-	return dir
+	return testutil.ToolsDir(t, "TIDAL_CRI_TOOLS", "cri-tools", "scripts/cri-tools.sh", "containerd", "containerd-shim-runc-v2", "ctr")
 }
 
 func containerd2Version(bin string) string {
@@ -513,24 +502,4 @@ func (r *Runtime) logTail() string {
 		lines = lines[len(lines)-logTailLines:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// repoRoot walks up from the working directory (a package folder under go test) to the
-// main module's go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.HasPrefix(string(b), "module github.com/tidalqos/tidal\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("repository root (go.mod of github.com/tidalqos/tidal) not found")
-		}
-		dir = parent
-	}
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/tidalqos/tidal/tests/testutil"
 )
 
 // ImageEntrypoint is where ImportImage puts the binary in the image, and the image's
@@ -31,7 +33,7 @@ const ImageEntrypoint = "/entrypoint"
 // nothing else, no libc) into the test's temporary folder and returns its path.
 func BuildStatic(t testing.TB, pkg string) string {
 	t.Helper()
-	root, err := repoRoot()
+	root, err := testutil.RepoRoot()
 	if err != nil {
 		t.Fatalf("critest: %v", err)
 	}

@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -37,6 +36,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/tidalqos/tidal/tests/testutil"
 )
 
 const (
@@ -55,40 +56,7 @@ const (
 // .cache/kube-tools/bin in the repository. It fails the test when one is missing.
 func Binaries(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv("TIDAL_KUBE_TOOLS")
-	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			t.Fatalf("kubetest: %v; set TIDAL_KUBE_TOOLS or run scripts/kube-tools.sh (make test does)", err)
-		}
-		dir = filepath.Join(root, ".cache", "kube-tools", "bin")
-	}
-	for _, name := range []string{"kube-apiserver", "kubectl", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			t.Fatalf("kubetest: %s missing in %s: run scripts/kube-tools.sh (make test does)", name, dir)
-		}
-	}
-	return dir
-}
-
-// repoRoot walks up from the working directory (a package folder under go test) to the
-// main module's go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.HasPrefix(string(b), "module github.com/tidalqos/tidal\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("repository root (go.mod of github.com/tidalqos/tidal) not found")
-		}
-		dir = parent
-	}
+	return testutil.ToolsDir(t, "TIDAL_KUBE_TOOLS", "kube-tools", "scripts/kube-tools.sh", "kube-apiserver", "kubectl", "etcd")
 }
 
 // Cluster is one etcd and one kube-apiserver serving https://127.0.0.1:<port>. Its methods

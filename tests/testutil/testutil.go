@@ -1,0 +1,136 @@
+// Package testutil holds what the integration suites (tests/integration, tests/kube,
+// tests/cri) share: the tidal binary they run, the tools scripts build, and small helpers.
+package testutil
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BuildTidal builds cmd/tidal into a temporary folder for a suite's TestMain; cleanup removes it.
+func BuildTidal() (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "tidal-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin = filepath.Join(dir, "tidal")
+	build := exec.Command("go", "build", "-o", bin, "github.com/tidalqos/tidal/cmd/tidal")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("build tidal: %w", err)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+// RunSuite is a suite's TestMain: it builds the tidal binary into *bin, runs the tests and
+// exits with their status.
+func RunSuite(m *testing.M, bin *string) {
+	path, cleanup, err := BuildTidal()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin = path
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// ToolsDir is where a tools script put its binaries: the folder named by env, else
+// .cache/<name>/bin in the repository. It fails the test, naming the script, when one of
+// the binaries is missing.
+func ToolsDir(t testing.TB, env, name, script string, binaries ...string) string {
+	t.Helper()
+	dir := os.Getenv(env)
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			t.Fatalf("%v; set %s or run %s (make test does)", err, env, script)
+		}
+		dir = filepath.Join(root, ".cache", name, "bin")
+	}
+	for _, b := range binaries {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			t.Fatalf("%s missing in %s: run %s (make test does)", b, dir, script)
+		}
+	}
+	return dir
+}
+
+// RepoRoot walks up from the working directory (a package folder under go test) to the
+// repository's root.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
+			strings.HasPrefix(string(b), "module github.com/tidalqos/tidal\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("repository root (go.mod of github.com/tidalqos/tidal) not found")
+		}
+		dir = parent
+	}
+}
+
+// Eventually retries f every 50 ms until it returns nil, failing the test after timeout
+// with f's last error.
+func Eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %s: %v", what, timeout, err)
+}
+
+// SyncBuffer is an output buffer a test may read while a process still writes to it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Len is how many bytes were written.
+func (b *SyncBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+// Tail is the last lines of s.
+func Tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
