@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/tidalqos/tidal/agent/config"
 )
 
 // Client is what an agent uses to report to the arbiter.
@@ -88,7 +90,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	}
 	if resp.StatusCode != http.StatusOK {
 		var eb errorBody
-		apiErr := &APIError{StatusCode: resp.StatusCode, Message: strings.TrimSpace(clip(string(data)))}
+		apiErr := &APIError{StatusCode: resp.StatusCode, Message: strings.TrimSpace(config.Clip(string(data)))}
 		if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
 			apiErr.Message = eb.Error
 			for _, f := range eb.Fields {

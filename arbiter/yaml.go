@@ -7,10 +7,8 @@ import (
 	"io"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -18,32 +16,9 @@ import (
 )
 
 // Error is one problem in a file the arbiter reads (the policy, the tokens file, its own
-// config): where it is and what is wrong. Parsers return one Error per problem, joined with
-// errors.Join, one per line, sorted by line — the same style as the agent's config.
-type Error struct {
-	File string // file name as given to the parser
-	Line int    // 1-based; 0 when unknown
-	Key  string // full key path such as "rules[0].window"; "" for the whole file
-	Msg  string // what is wrong and what is allowed
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	if e.File != "" {
-		b.WriteString(e.File)
-		if e.Line > 0 {
-			b.WriteString(":")
-			b.WriteString(strconv.Itoa(e.Line))
-		}
-		b.WriteString(": ")
-	}
-	if e.Key != "" {
-		b.WriteString(e.Key)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
+// config): where it is and what is wrong, in the agent config's format. Parsers return one
+// Error per problem, joined with errors.Join, one per line, sorted by line.
+type Error = config.Error
 
 // yamlDoc decodes one YAML file by hand, node by node, so that every problem carries its line
 // and key path and all problems are reported together.
@@ -88,18 +63,18 @@ type field struct {
 // mapping decodes the mapping n field by field. Unknown and duplicate keys are errors; so are
 // required keys that are missing (reported at line, the line of the mapping's own key).
 func (d *yamlDoc) mapping(n *yaml.Node, prefix string, line int, fields []field) {
-	n = resolve(n)
-	if isNull(n) {
+	n = config.ResolveAlias(n)
+	if config.IsNull(n) {
 		n = &yaml.Node{Kind: yaml.MappingNode}
 	}
 	if n.Kind != yaml.MappingNode {
-		d.errorf(line, prefix, "got %s: want a mapping with keys %s", describe(n), fieldList(fields))
+		d.errorf(line, prefix, "got %s: want a mapping with keys %s", config.DescribeNode(n), fieldList(fields))
 		return
 	}
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-		name := keyName(k)
+		k, v := config.ResolveAlias(n.Content[i]), config.ResolveAlias(n.Content[i+1])
+		name := config.KeyName(k)
 		key := joinKey(prefix, name)
 		var f *field
 		for j := range fields {
@@ -134,27 +109,27 @@ func (d *yamlDoc) mapping(n *yaml.Node, prefix string, line int, fields []field)
 
 // list decodes a sequence, calling each with the item's key ("rules[2]") and line.
 func (d *yamlDoc) list(v *yaml.Node, key string, line int, want string, each func(item *yaml.Node, key string, line int)) {
-	if isNull(v) {
+	if config.IsNull(v) {
 		return
 	}
 	if v.Kind != yaml.SequenceNode {
-		d.errorf(line, key, "got %s: want %s", describe(v), want)
+		d.errorf(line, key, "got %s: want %s", config.DescribeNode(v), want)
 		return
 	}
 	for i, item := range v.Content {
-		item = resolve(item)
+		item = config.ResolveAlias(item)
 		each(item, fmt.Sprintf("%s[%d]", key, i), item.Line)
 	}
 }
 
 // scalar returns v's text, or reports that it is missing or not a scalar.
 func (d *yamlDoc) scalar(v *yaml.Node, key string, line int, want string) (string, bool) {
-	if isNull(v) {
+	if config.IsNull(v) {
 		d.errorf(line, key, "missing value: want %s", want)
 		return "", false
 	}
 	if v.Kind != yaml.ScalarNode {
-		d.errorf(line, key, "got %s: want %s", describe(v), want)
+		d.errorf(line, key, "got %s: want %s", config.DescribeNode(v), want)
 		return "", false
 	}
 	return v.Value, true
@@ -170,7 +145,7 @@ func (d *yamlDoc) str(v *yaml.Node, key string, line int, want string, ok func(s
 		ok = func(s string) bool { return s != "" }
 	}
 	if !ok(s) {
-		d.errorf(line, key, "%s is not allowed: want %s", describe(v), want)
+		d.errorf(line, key, "%s is not allowed: want %s", config.DescribeNode(v), want)
 		return "", false
 	}
 	return s, true
@@ -183,11 +158,11 @@ func (d *yamlDoc) integer(v *yaml.Node, key string, line int, want string, lo, h
 	}
 	var n int64
 	if v.ShortTag() != "!!int" || v.Decode(&n) != nil {
-		d.errorf(line, key, "%s is not an integer: want %s", describe(v), want)
+		d.errorf(line, key, "%s is not an integer: want %s", config.DescribeNode(v), want)
 		return 0, false
 	}
 	if n < lo || n > hi {
-		d.errorf(line, key, "%s is out of range: want %s", describe(v), want)
+		d.errorf(line, key, "%s is out of range: want %s", config.DescribeNode(v), want)
 		return 0, false
 	}
 	return n, true
@@ -200,11 +175,11 @@ func (d *yamlDoc) number(v *yaml.Node, key string, line int, want string, ok fun
 	}
 	var f float64
 	if tag := v.ShortTag(); (tag != "!!int" && tag != "!!float") || v.Decode(&f) != nil {
-		d.errorf(line, key, "%s is not a number: want %s", describe(v), want)
+		d.errorf(line, key, "%s is not a number: want %s", config.DescribeNode(v), want)
 		return 0, false
 	}
 	if !ok(f) {
-		d.errorf(line, key, "%s is out of range: want %s", describe(v), want)
+		d.errorf(line, key, "%s is out of range: want %s", config.DescribeNode(v), want)
 		return 0, false
 	}
 	return f, true
@@ -220,21 +195,21 @@ func (d *yamlDoc) size(v *yaml.Node, key string, line int, want string, hi int64
 	switch v.ShortTag() {
 	case "!!int":
 		if v.Decode(&n) != nil {
-			d.errorf(line, key, "%s is too large: want %s", describe(v), want)
+			d.errorf(line, key, "%s is too large: want %s", config.DescribeNode(v), want)
 			return 0, false
 		}
 	case "!!str":
 		var err error
 		if n, err = config.ParseSize(s); err != nil {
-			d.errorf(line, key, "%s is not a valid size: want %s", describe(v), want)
+			d.errorf(line, key, "%s is not a valid size: want %s", config.DescribeNode(v), want)
 			return 0, false
 		}
 	default:
-		d.errorf(line, key, "%s is not a valid size: want %s", describe(v), want)
+		d.errorf(line, key, "%s is not a valid size: want %s", config.DescribeNode(v), want)
 		return 0, false
 	}
 	if n < 0 || n > hi {
-		d.errorf(line, key, "%s is out of range: want %s", describe(v), want)
+		d.errorf(line, key, "%s is out of range: want %s", config.DescribeNode(v), want)
 		return 0, false
 	}
 	return n, true
@@ -252,11 +227,11 @@ func (d *yamlDoc) duration(v *yaml.Node, key string, line int, want string, lo, 
 		if tag := v.ShortTag(); tag == "!!int" || tag == "!!float" {
 			hint = " (a unit is required)"
 		}
-		d.errorf(line, key, "%s is not a duration%s: want %s", describe(v), hint, want)
+		d.errorf(line, key, "%s is not a duration%s: want %s", config.DescribeNode(v), hint, want)
 		return 0, false
 	}
 	if dur < lo || dur > hi {
-		d.errorf(line, key, "%s is out of range: want %s", describe(v), want)
+		d.errorf(line, key, "%s is out of range: want %s", config.DescribeNode(v), want)
 		return 0, false
 	}
 	return dur, true
@@ -266,21 +241,21 @@ func (d *yamlDoc) duration(v *yaml.Node, key string, line int, want string, lo, 
 // one entry.
 func (d *yamlDoc) stringMap(v *yaml.Node, key string, line int, want string, check func(k, val string) string) (map[string]string, bool) {
 	out := map[string]string{}
-	if isNull(v) {
+	if config.IsNull(v) {
 		return out, true
 	}
 	if v.Kind != yaml.MappingNode {
-		d.errorf(line, key, "got %s: want %s", describe(v), want)
+		d.errorf(line, key, "got %s: want %s", config.DescribeNode(v), want)
 		return nil, false
 	}
 	ok := true
 	seen := map[string]int{}
 	for i := 0; i+1 < len(v.Content); i += 2 {
-		k, val := resolve(v.Content[i]), resolve(v.Content[i+1])
-		name := keyName(k)
+		k, val := config.ResolveAlias(v.Content[i]), config.ResolveAlias(v.Content[i+1])
+		name := config.KeyName(k)
 		ekey := joinKey(key, name)
-		if k.Kind != yaml.ScalarNode || isNull(k) {
-			d.errorf(k.Line, ekey, "got %s as a key: want %s", describe(k), want)
+		if k.Kind != yaml.ScalarNode || config.IsNull(k) {
+			d.errorf(k.Line, ekey, "got %s as a key: want %s", config.DescribeNode(k), want)
 			ok = false
 			continue
 		}
@@ -295,7 +270,7 @@ func (d *yamlDoc) stringMap(v *yaml.Node, key string, line int, want string, che
 			ok = false
 			continue
 		}
-		if isNull(val) {
+		if config.IsNull(val) {
 			s = ""
 		}
 		if msg := check(k.Value, s); msg != "" {
@@ -338,12 +313,12 @@ func parseRoot(name string, data []byte, what string) (root *yaml.Node, err erro
 		}
 		root = root.Content[0]
 	}
-	root = resolve(root)
-	if isNull(root) {
+	root = config.ResolveAlias(root)
+	if config.IsNull(root) {
 		return nil, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a %s (a mapping)", describe(root), what)}
+		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a %s (a mapping)", config.DescribeNode(root), what)}
 	}
 	return root, nil
 }
@@ -362,58 +337,6 @@ func joinKey(prefix, key string) string {
 	return prefix + "." + key
 }
 
-// resolve follows aliases to the node they stand for.
-func resolve(n *yaml.Node) *yaml.Node {
-	for i := 0; i < 100 && n.Kind == yaml.AliasNode && n.Alias != nil; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
-
-func keyName(k *yaml.Node) string {
-	if k.Kind == yaml.ScalarNode {
-		return clip(k.Value)
-	}
-	return "<" + describe(k) + ">"
-}
-
-// describe shows a node in a message: a scalar as written (strings quoted), anything else by
-// its kind.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if isNull(n) {
-			return "no value"
-		}
-		if n.ShortTag() == "!!str" {
-			return strconv.Quote(clip(n.Value))
-		}
-		return clip(n.Value)
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "an unexpected node"
-}
-
-// clip shortens s for messages.
-func clip(s string) string {
-	const max = 60
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
-
 func fieldList(fields []field) string {
 	names := make([]string, len(fields))
 	for i, f := range fields {
@@ -430,32 +353,9 @@ func suggest(name string, fields []field) string {
 		if strings.EqualFold(f.name, name) {
 			return f.name
 		}
-		if dist := editDistance(strings.ToLower(name), strings.ToLower(f.name)); dist < bestDist {
+		if dist := config.EditDistance(strings.ToLower(name), strings.ToLower(f.name)); dist < bestDist {
 			best, bestDist = f.name, dist
 		}
 	}
 	return best
-}
-
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 99
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

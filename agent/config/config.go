@@ -394,12 +394,12 @@ func parseYAML(name string, data []byte) (*yaml.Node, error) {
 		}
 		root = root.Content[0]
 	}
-	root = resolve(root)
-	if isNull(root) {
+	root = ResolveAlias(root)
+	if IsNull(root) {
 		return nil, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a mapping of settings such as \"mode: standalone\"", describe(root))}
+		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a mapping of settings such as \"mode: standalone\"", DescribeNode(root))}
 	}
 	return root, nil
 }

@@ -2,10 +2,8 @@ package config
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/utils/cpuset"
@@ -35,13 +33,13 @@ func joinKey(prefix, key string) string {
 func (d *decoder) mapping(n *yaml.Node, prefix string, entries []*entry, c *Config) {
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		keyNode, v := n.Content[i], resolve(n.Content[i+1])
+		keyNode, v := n.Content[i], ResolveAlias(n.Content[i+1])
 		line := keyNode.Line
-		k := resolve(keyNode)
-		name := keyName(k)
+		k := ResolveAlias(keyNode)
+		name := KeyName(k)
 		p := joinKey(prefix, name)
 		var e *entry
-		if k.Kind == yaml.ScalarNode && !isNull(k) {
+		if k.Kind == yaml.ScalarNode && !IsNull(k) {
 			for _, cand := range entries {
 				if cand.key == name {
 					e = cand
@@ -66,11 +64,11 @@ func (d *decoder) mapping(n *yaml.Node, prefix string, entries []*entry, c *Conf
 		seen[name] = line
 		d.lines[p] = line
 		if e.kind == kindSection {
-			if isNull(v) {
+			if IsNull(v) {
 				continue // "cpu:" with nothing below keeps the defaults
 			}
 			if v.Kind != yaml.MappingNode {
-				d.errorf(line, p, "got %s: want a mapping with keys %s", describe(v), keyList(e.children))
+				d.errorf(line, p, "got %s: want a mapping with keys %s", DescribeNode(v), keyList(e.children))
 				continue
 			}
 			d.mapping(v, p, e.children, c)
@@ -82,12 +80,12 @@ func (d *decoder) mapping(n *yaml.Node, prefix string, entries []*entry, c *Conf
 
 // leaf decodes one value into its field.
 func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) {
-	if isNull(v) {
+	if IsNull(v) {
 		d.errorf(line, key, "missing value: want %s", e.want)
 		return
 	}
 	if v.Kind != yaml.ScalarNode {
-		d.errorf(line, key, "got %s: want %s", describe(v), e.want)
+		d.errorf(line, key, "got %s: want %s", DescribeNode(v), e.want)
 		return
 	}
 	tag := v.ShortTag()
@@ -97,7 +95,7 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 	case kindInt:
 		var n int64
 		if tag != "!!int" || v.Decode(&n) != nil {
-			d.errorf(line, key, "%s is not an integer: want %s", describe(v), e.want)
+			d.errorf(line, key, "%s is not an integer: want %s", DescribeNode(v), e.want)
 			return
 		}
 		switch p := e.ptr(c).(type) {
@@ -105,7 +103,7 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 			*p = n
 		case *int:
 			if int64(int(n)) != n {
-				d.errorf(line, key, "%s is out of range: want %s", describe(v), e.want)
+				d.errorf(line, key, "%s is out of range: want %s", DescribeNode(v), e.want)
 				return
 			}
 			*p = int(n)
@@ -113,14 +111,14 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 	case kindFloat:
 		var f float64
 		if (tag != "!!int" && tag != "!!float") || v.Decode(&f) != nil {
-			d.errorf(line, key, "%s is not a number: want %s", describe(v), e.want)
+			d.errorf(line, key, "%s is not a number: want %s", DescribeNode(v), e.want)
 			return
 		}
 		*e.ptr(c).(*float64) = f
 	case kindBool:
 		var b bool
 		if tag != "!!bool" || v.Decode(&b) != nil {
-			d.errorf(line, key, "%s is not a boolean: want %s", describe(v), e.want)
+			d.errorf(line, key, "%s is not a boolean: want %s", DescribeNode(v), e.want)
 			return
 		}
 		*e.ptr(c).(*bool) = b
@@ -131,7 +129,7 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 			if tag == "!!int" || tag == "!!float" {
 				hint = " (a unit is required)"
 			}
-			d.errorf(line, key, "%s is not a duration%s: want %s", describe(v), hint, e.want)
+			d.errorf(line, key, "%s is not a duration%s: want %s", DescribeNode(v), hint, e.want)
 			return
 		}
 		*e.ptr(c).(*time.Duration) = dur
@@ -140,80 +138,26 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 		switch tag {
 		case "!!int":
 			if v.Decode(&n) != nil {
-				d.errorf(line, key, "%s is not a valid size (too large): want %s", describe(v), e.want)
+				d.errorf(line, key, "%s is not a valid size (too large): want %s", DescribeNode(v), e.want)
 				return
 			}
 		case "!!str":
 			var reason string
 			if n, reason = parseSize(v.Value); reason != "" {
-				d.errorf(line, key, "%s is not a valid size (%s): want %s", describe(v), reason, e.want)
+				d.errorf(line, key, "%s is not a valid size (%s): want %s", DescribeNode(v), reason, e.want)
 				return
 			}
 		default:
-			d.errorf(line, key, "%s is not a valid size: want %s", describe(v), e.want)
+			d.errorf(line, key, "%s is not a valid size: want %s", DescribeNode(v), e.want)
 			return
 		}
 		*e.ptr(c).(*int64) = n
 	case kindCPUSet:
 		set, reason := parseCPUList(v.Value)
 		if reason != "" {
-			d.errorf(line, key, "%s is not a valid CPU list (%s): want %s", describe(v), reason, e.want)
+			d.errorf(line, key, "%s is not a valid CPU list (%s): want %s", DescribeNode(v), reason, e.want)
 			return
 		}
 		*e.ptr(c).(*cpuset.CPUSet) = set
 	}
-}
-
-// resolve follows aliases to the node they stand for.
-func resolve(n *yaml.Node) *yaml.Node {
-	for i := 0; i < 100 && n.Kind == yaml.AliasNode && n.Alias != nil; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
-}
-
-func keyName(k *yaml.Node) string {
-	if k.Kind == yaml.ScalarNode {
-		return clip(k.Value)
-	}
-	return "<" + describe(k) + ">"
-}
-
-// describe shows a node in a message: a scalar as written (strings quoted),
-// anything else by its kind.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if isNull(n) {
-			return "no value"
-		}
-		if n.ShortTag() == "!!str" {
-			return strconv.Quote(clip(n.Value))
-		}
-		return clip(n.Value)
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return "an unexpected node"
-}
-
-// clip shortens s for messages.
-func clip(s string) string {
-	const max = 60
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }

@@ -392,31 +392,11 @@ func suggest(unknown string, entries []*entry) string {
 	}
 	best, bestDist := "", 3
 	for _, e := range entries {
-		if d := editDistance(lu, strings.ToLower(e.key)); d < bestDist {
+		if d := EditDistance(lu, strings.ToLower(e.key)); d < bestDist {
 			best, bestDist = e.key, d
 		}
 	}
 	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // maxCPUID bounds CPU ids in a cpulist (Linux NR_CPUS is at most 8192), so

@@ -53,7 +53,7 @@ func parseSize(s string) (int64, string) {
 			dot = true
 		default:
 			if digits > 0 && (ch < '0' || ch > '9') && ch != '.' {
-				return 0, fmt.Sprintf("unknown suffix %q", clip(t[i:]))
+				return 0, fmt.Sprintf("unknown suffix %q", Clip(t[i:]))
 			}
 			return 0, "not a number"
 		}
