@@ -47,12 +47,12 @@ func BuildStatic(t testing.TB, pkg string) string {
 	return out
 }
 
-// goTool is the go command: the one on PATH, else the one that built this test.
+// goTool is the go command: the one on PATH, else the usual install folder.
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	return "/usr/local/go/bin/go"
 }
 
 // ImportImage packs binary as an OCI image named ref (a single layer holding it at
