@@ -347,7 +347,7 @@ func (a *Agent) kubePassLocked() {
 		a.log.Warn("cannot read the kubelet CPU manager state; keeping the last", "err", err)
 		exclusive = k.exclusive
 	}
-	changed := !maps2Equal(exclusive, k.exclusive)
+	changed := !sameExclusiveCPUs(exclusive, k.exclusive)
 	k.exclusive = exclusive
 	for _, w := range a.workloads {
 		if !w.KubeletOwned {
@@ -374,7 +374,7 @@ func (a *Agent) kubePassLocked() {
 	}
 }
 
-func maps2Equal(x, y map[types.UID]cpuset.CPUSet) bool {
+func sameExclusiveCPUs(x, y map[types.UID]cpuset.CPUSet) bool {
 	if len(x) != len(y) {
 		return false
 	}

@@ -2,6 +2,7 @@ package isolation
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -41,4 +42,27 @@ type Decider interface {
 // HookObserver counts hook calls: result is "adjusted", "unchanged" or "fail-open".
 type HookObserver interface {
 	HookCall(hook, method, result string, d time.Duration)
+}
+
+// WithTimeout runs a hook's decision f with a deadline. Past it the hook goes on without the
+// answer (fail-open); f keeps running in the background and its answer is dropped.
+func WithTimeout[T any](ctx context.Context, timeout time.Duration, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("no decision within %v", timeout)
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/tidalqos/tidal/isolation"
@@ -170,7 +171,7 @@ func podOf(cfg *runtimeapi.PodSandboxConfig) Pod {
 func (p *Proxy) runPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (any, error) {
 	pod := podOf(r.GetConfig())
 	start := time.Now()
-	_, err := decideWithin(ctx, p.opts.Timeout, func(ctx context.Context) (struct{}, error) {
+	_, err := isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, p.opts.Decider.Sandbox(ctx, pod)
 	})
 	p.observe("RunPodSandbox", pod, err, true, start)
@@ -187,7 +188,7 @@ func (p *Proxy) createContainer(ctx context.Context, r *runtimeapi.CreateContain
 	pod := podOf(r.GetSandboxConfig())
 	name := r.GetConfig().GetMetadata().GetName()
 	start := time.Now()
-	d, err := decideWithin(ctx, p.opts.Timeout, func(ctx context.Context) (isolation.Decision, error) {
+	d, err := isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (isolation.Decision, error) {
 		return p.opts.Decider.Container(ctx, pod, name)
 	})
 	changed := false
@@ -223,7 +224,7 @@ func (p *Proxy) updateContainerResources(ctx context.Context, r *runtimeapi.Upda
 	pod, name, err := p.containerPod(ctx, r.ContainerId)
 	var d isolation.Decision
 	if err == nil {
-		d, err = decideWithin(ctx, p.opts.Timeout, func(ctx context.Context) (isolation.Decision, error) {
+		d, err = isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (isolation.Decision, error) {
 			return p.opts.Decider.Container(ctx, pod, name)
 		})
 	}
@@ -276,7 +277,7 @@ func (p *Proxy) containerPod(ctx context.Context, id string) (Pod, string, error
 // fill lays a decision over a container's resources; it reports whether anything changed.
 func (p *Proxy) fill(r *runtimeapi.LinuxContainerResources, d isolation.Decision) bool {
 	s := d.Settings
-	before := fmt.Sprint(r.CpusetCpus, r.CpusetMems, r.CpuShares, r.CpuQuota, r.CpuPeriod, r.MemoryLimitInBytes, r.Unified)
+	before := proto.Clone(r)
 	if !s.CPUs.IsEmpty() {
 		r.CpusetCpus = s.CPUs.String()
 	}
@@ -304,7 +305,7 @@ func (p *Proxy) fill(r *runtimeapi.LinuxContainerResources, d isolation.Decision
 	if s.MemoryLimit > 0 {
 		r.MemoryLimitInBytes = s.MemoryLimit
 	}
-	return before != fmt.Sprint(r.CpusetCpus, r.CpusetMems, r.CpuShares, r.CpuQuota, r.CpuPeriod, r.MemoryLimitInBytes, r.Unified)
+	return !proto.Equal(before, r)
 }
 
 const cfsPeriodMicros = 100_000
@@ -327,29 +328,6 @@ func setEnv(envs []*runtimeapi.KeyValue, env map[string]string, changed bool) ([
 		}
 	}
 	return envs, changed
-}
-
-// decideWithin runs f with a deadline; past it the caller goes on without the answer (the
-// decision keeps running in the background and is dropped).
-func decideWithin[T any](ctx context.Context, timeout time.Duration, f func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := f(ctx)
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
-		var zero T
-		return zero, fmt.Errorf("no decision within %v", timeout)
-	}
 }
 
 func (p *Proxy) observe(method string, pod Pod, err error, changed bool, start time.Time) {

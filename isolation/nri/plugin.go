@@ -215,25 +215,7 @@ func (p *Plugin) update(ctx context.Context, pod isolation.Pod, id, name string)
 
 // decide runs f under the timeout; past it the answer is dropped (fail-open).
 func (p *Plugin) decide(ctx context.Context, f func(context.Context) (isolation.Decision, error)) (isolation.Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-	defer cancel()
-	done := make(chan struct {
-		d   isolation.Decision
-		err error
-	}, 1)
-	go func() {
-		d, err := f(ctx)
-		done <- struct {
-			d   isolation.Decision
-			err error
-		}{d, err}
-	}()
-	select {
-	case r := <-done:
-		return r.d, r.err
-	case <-ctx.Done():
-		return isolation.Decision{}, fmt.Errorf("no decision within %v", p.opts.Timeout)
-	}
+	return isolation.WithTimeout(ctx, p.opts.Timeout, f)
 }
 
 func (p *Plugin) observe(method string, pod *api.PodSandbox, err error, changed bool, start time.Time) {
