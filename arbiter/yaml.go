@@ -1,12 +1,9 @@
 package arbiter
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"slices"
 	"strings"
 	"time"
 
@@ -36,19 +33,7 @@ func (d *yamlDoc) err() error {
 	if len(d.errs) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(d.errs, func(a, b *Error) int { return cmp.Compare(lineKey(a), lineKey(b)) })
-	out := make([]error, len(d.errs))
-	for i, e := range d.errs {
-		out[i] = e
-	}
-	return errors.Join(out...)
-}
-
-func lineKey(e *Error) int {
-	if e.Line <= 0 {
-		return math.MaxInt
-	}
-	return e.Line
+	return config.JoinErrors(d.errs)
 }
 
 // field is one key of a YAML mapping: its name, whether it must be there, and how its value is

@@ -365,7 +365,7 @@ func Parse(name string, data []byte) (cfg Config, err error) {
 		d.errs = append(d.errs, &Error{File: name, Line: line, Key: p.key, Msg: p.msg})
 	}
 	if len(d.errs) > 0 {
-		return Config{}, joinErrors(d.errs)
+		return Config{}, JoinErrors(d.errs)
 	}
 	return cfg, nil
 }
@@ -461,9 +461,9 @@ func isYAMLScannerProblem(msg string) bool {
 	return false
 }
 
-// joinErrors sorts errs by line, problems without a line last, and joins
+// JoinErrors sorts errs by line, problems without a line last, and joins
 // them one per line.
-func joinErrors(errs []*Error) error {
+func JoinErrors(errs []*Error) error {
 	slices.SortStableFunc(errs, func(a, b *Error) int {
 		return cmp.Compare(lineKey(a), lineKey(b))
 	})

@@ -66,5 +66,5 @@ func (c Config) Validate() error {
 	for i, p := range ps {
 		errs[i] = &Error{Key: p.key, Msg: p.msg}
 	}
-	return joinErrors(errs)
+	return JoinErrors(errs)
 }

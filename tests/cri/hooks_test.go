@@ -11,11 +11,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,28 +55,8 @@ cpu:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
-	cmd := exec.Command(tidalBin, "agent", "--config", path)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	testutil.StartDaemon(t, "agent", &syncBuffer{}, 10*time.Second, tidalBin, "agent", "--config", path)
 	client := agent.NewClient(filepath.Join(dir, "tidal.sock"))
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", tail(log.String(), 60))
-		}
-		// The agent's own tree goes with the test root.
-	})
 	eventually(t, 15*time.Second, "agent answers", func() error { _, err := client.Status(); return err })
 	return client
 }

@@ -60,26 +60,7 @@ func newNode(t testing.TB, extra string) *node {
 func (n *node) start() {
 	n.t.Helper()
 	n.log = &syncBuffer{}
-	n.agent = exec.Command(tidalBin, "agent", "--config", n.config)
-	n.agent.Stdout, n.agent.Stderr = n.log, n.log
-	if err := n.agent.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	cmd := n.agent
-	n.t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if n.t.Failed() {
-			n.t.Logf("agent log:\n%s", tail(n.log.String(), 60))
-		}
-	})
+	n.agent = testutil.StartDaemon(n.t, "agent", n.log, 5*time.Second, tidalBin, "agent", "--config", n.config)
 	n.eventually(10*time.Second, "agent answers", func() error { _, err := n.client.Status(); return err })
 }
 

@@ -202,26 +202,7 @@ func (n *kubeNode) podCgroup(pod *corev1.Pod) string {
 func (n *kubeNode) start() {
 	n.t.Helper()
 	n.log = &syncBuffer{}
-	n.agent = exec.Command(tidalBin, "agent", "--config", n.config, "--node-name", n.name)
-	n.agent.Stdout, n.agent.Stderr = n.log, n.log
-	if err := n.agent.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	cmd := n.agent
-	n.t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if n.t.Failed() {
-			n.t.Logf("agent %s log:\n%s", n.name, tail(n.log.String(), 80))
-		}
-	})
+	n.agent = testutil.StartDaemon(n.t, "agent "+n.name, n.log, 10*time.Second, tidalBin, "agent", "--config", n.config, "--node-name", n.name)
 	eventually(n.t, 15*time.Second, "agent "+n.name+" answers", func() error { _, err := n.client.Status(); return err })
 }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -84,6 +85,33 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// StartDaemon starts a long-running process (an agent, an arbiter) with its output in log.
+// When the test ends it gets SIGTERM, then SIGKILL after grace; on failure the last lines of
+// its log are shown.
+func StartDaemon(t testing.TB, name string, log *SyncBuffer, grace time.Duration, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(grace):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, Tail(log.String(), 80))
+		}
+	})
+	return cmd
 }
 
 // Eventually retries f every 50 ms until it returns nil, failing the test after timeout
