@@ -328,9 +328,6 @@ func TestNRIPluginAdjustsAndSynchronizes(t *testing.T) {
 }
 
 // Shared helpers, under the names these tests use.
-var (
-	eventually = testutil.Eventually
-	tail       = testutil.Tail
-)
+var eventually = testutil.Eventually
 
 type syncBuffer = testutil.SyncBuffer
