@@ -15,12 +15,31 @@ import (
 
 // BenchmarkSpikeToShrink measures the fast path on real cgroups: from the moment an online
 // process starts spinning in the shared tier to the moment the agent has written a smaller
-// CFS quota on the reclaimed tier. Each iteration waits for lending to grow back first.
+// CFS quota on the reclaimed tier. Each iteration waits for lending to grow back first. The
+// "200-workloads" case measures it while the slow loop manages 200 idle workloads (half
+// shared, half reclaimed), so a fast path that waits on the slow loop's work shows.
 //
 //	go test -run '^$' -bench SpikeToShrink -benchtime 20x ./tests/integration
 func BenchmarkSpikeToShrink(b *testing.B) {
+	for _, background := range []int{0, 200} {
+		b.Run(fmt.Sprintf("%d-workloads", background), func(b *testing.B) { benchSpikeToShrink(b, background) })
+	}
+}
+
+func benchSpikeToShrink(b *testing.B, background int) {
 	n := newNode(b, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 1s\nloops:\n  slowInterval: 200ms\n  metricsStaleAfter: 2s\n")
 	n.start()
+	tiers := []string{"shared", "reclaimed"}
+	for i := 0; i < background; i++ {
+		idle := exec.Command("sleep", "3600")
+		if err := idle.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = idle.Process.Kill(); _ = idle.Wait() })
+		if _, err := n.client.Admit(agent.AdmitRequest{Name: fmt.Sprintf("idle-%d", i), Tier: tiers[i%2], PID: idle.Process.Pid}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	quotaFile := filepath.Join(n.layout.Dir("cpu", n.root+"/reclaimed"), "cpu.cfs_quota_us")
 	var lat []time.Duration
 	for i := 0; i < b.N; i++ {
