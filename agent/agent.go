@@ -13,22 +13,19 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/cpuset"
-
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/agent/evict"
+	"github.com/tidalqos/tidal/agent/source"
+	"github.com/tidalqos/tidal/agent/source/pods"
+	"github.com/tidalqos/tidal/agent/source/standalone"
+	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/isolation"
-	"github.com/tidalqos/tidal/isolation/cri"
-	"github.com/tidalqos/tidal/isolation/nri"
-	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
-	"github.com/tidalqos/tidal/plugins/memory"
-	"github.com/tidalqos/tidal/qos"
+	pgpu "github.com/tidalqos/tidal/plugins/gpu"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -36,22 +33,12 @@ import (
 	"github.com/tidalqos/tidal/sysadvisor/topology"
 )
 
-// workload is the agent's record of one managed workload.
-type workload struct {
-	plugins.Workload
-	// pod is the pod behind a kubelet-owned workload (nil until the watch delivers it).
-	pod      *corev1.Pod
-	evicting bool
-	// refusedUntil: the API server refused to evict this pod (a PodDisruptionBudget); the
-	// next victim is tried meanwhile.
-	refusedUntil time.Time
-	pids         []int
-	cpuMilli     int64
-	cpuPrev      time.Duration
-	cpuAt        time.Time
-}
-
 // Agent is the node daemon. Create it with New and run it with Run.
+//
+// Its state lives in three places, each with its own lock and none held across I/O: the
+// workload registry (state.Store), the controller below (mu: the advisor's plan, the pools,
+// the latest figures), and the writer's cache of cgroup values. reconciling serializes full
+// passes over the cgroup tree; the fast path never takes it.
 type Agent struct {
 	cfg     config.Config
 	log     *slog.Logger
@@ -63,23 +50,40 @@ type Agent struct {
 	procDir string
 	// stateLock is held while the agent runs (see lockStateDir).
 	stateLock *os.File
-	gpus      *gpus
-	lease     *leasing    // nil without an arbiter
-	kube      *kubeSource // nil in standalone mode
+	store     *state.Store
+	gpuSource sysgpu.Source
+	lease     *leasing // nil without an arbiter
+
+	// The workload sources, and the two a caller reaches directly (nil when off).
+	sources    []source.Source
+	standalone *standalone.Source
+	pods       *pods.Source
+	// evictors stop workloads by the source that reported them; signal is the default.
+	evictors map[string]evict.Evictor
+	signal   evict.Evictor
+
+	reconciling sync.Mutex
 
 	mu        sync.Mutex
 	advisor   *advisor.Advisor
-	workloads map[string]*workload
 	pools     cpu.Pools
 	online    map[int]int64 // latest online usage of each node's shared pool
 	memTotal  int64         // node memory, from the latest sample
 	memOnline int64         // memory used by all but reclaimed work, from the latest sample
 	actions   []reporter.Action
-	sampler   sampler
-	fast      fastWindow
 	applyErr  error
 	lastEvict time.Time
-	passes    int
+	// planGeneration grows whenever the fast path shrinks the plan, so a full pass that
+	// started before knows to write the reclaimed limits again.
+	planGeneration uint64
+	// ungranted remembers since when each queue of running reclaimed work has had no grant.
+	ungranted map[string]time.Time
+
+	// Slow-loop only (one goroutine): the previous reading, and the pass count.
+	sampler sampler
+	passes  int
+	// fast is the fast path's window (its goroutine only).
+	fast fastWindow
 
 	// poolsChanged wakes the NRI plugin's refresh when a pool's CPUs change.
 	poolsChanged chan struct{}
@@ -124,11 +128,16 @@ func lockStateDir(dir string) (*os.File, error) {
 }
 
 func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
+	return newAgentAt(cfg, log, "/sys", "/proc")
+}
+
+// newAgentAt builds the agent over the given sys and proc roots (a test's folders).
+func newAgentAt(cfg config.Config, log *slog.Logger, sysDir, procDir string) (*Agent, error) {
 	layout, err := cgroupfs.Detect(cfg.Cgroup.MountPoint, cfg.Cgroup.Version)
 	if err != nil {
 		return nil, err
 	}
-	topo, err := topology.Discover("/sys", "/proc")
+	topo, err := topology.Discover(sysDir, procDir)
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +151,13 @@ func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	gpuCfg := pgpu.DefaultConfig()
+	// One grace period for every eviction: the GPU tracker's deadline is the same.
+	gpuCfg.ReclaimGrace = max(cfg.Eviction.GracePeriod, time.Millisecond)
+	tracker, err := pgpu.NewTracker(gpuCfg)
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		cfg:       cfg,
 		log:       log,
@@ -149,40 +165,53 @@ func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
 		layout:    layout,
 		writer:    writer,
 		idle:      writer.SupportsIdle(),
-		procDir:   "/proc",
+		procDir:   procDir,
+		store:     state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),
+		gpuSource: sysgpu.Open(log),
 		advisor:   advisor.New(advisorConfig(cfg)),
-		workloads: map[string]*workload{},
 		online:    map[int]int64{},
+		ungranted: map[string]time.Time{},
+		signal:    evict.Signal{Cgroups: signalCgroups{writer, layout}, Grace: cfg.Eviction.GracePeriod},
+		evictors:  map[string]evict.Evictor{},
 
 		poolsChanged: make(chan struct{}, 1),
 	}
 	if a.lease, err = newLeasing(cfg); err != nil {
 		return nil, err
 	}
-	if a.kube, err = newKubeSource(cfg, a); err != nil {
-		return nil, err
-	}
-	if a.gpus, err = newGPUs(sysgpu.Open(log)); err != nil {
-		return nil, err
-	}
 	a.metrics = reporter.NewMetrics(func() reporter.WriteCounts {
 		s := writer.Stats()
 		return reporter.WriteCounts{Writes: s.Writes, Errors: s.Errors, Repairs: s.Repairs}
 	})
+	// The sources' hooks count their calls in the metrics: make those first.
+	if err := a.newSources(); err != nil {
+		return nil, err
+	}
 	a.fast = newFastWindow(cfg.Loops.FastWindow)
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if err := a.restore(); err != nil {
 		return nil, err
 	}
-	a.advisor.Init(cpu.ComputePools(a.topo, cfg.CPU.ReservedSystemCPUs, a.dedicatedCPUsLocked(), nil).PoolMilliCPU())
-	if err := a.applyLocked(); err != nil {
+	a.advisor.Init(cpu.ComputePools(a.topo, cfg.CPU.ReservedSystemCPUs, a.store.Snapshot().Dedicated, nil).PoolMilliCPU())
+	if err := a.reconcile(); err != nil {
 		// Start anyway: the slow loop retries, and lending stays at zero until writes work.
 		log.Error("initial cgroup settings failed; lending nothing until they succeed", "err", err)
 	}
-	a.publishLocked()
+	if err := a.store.Save(); err != nil {
+		log.Error("cannot write checkpoint", "dir", cfg.StateDir, "err", err)
+	}
 	return a, nil
 }
+
+// signalCgroups is what the signal evictor needs of the writer and the layout.
+type signalCgroups struct {
+	writer *isolation.Writer
+	layout *cgroupfs.Layout
+}
+
+func (c signalCgroups) Signal(cgroup string, sig syscall.Signal) (int, error) {
+	return c.writer.Signal(cgroup, sig)
+}
+func (c signalCgroups) Procs(cgroup string) ([]int, error) { return c.layout.Procs(cgroup, true) }
 
 func advisorConfig(cfg config.Config) advisor.Config {
 	return advisor.Config{
@@ -238,57 +267,31 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		serve("metrics", a.metricsServer(), mln)
 	}
-	wg.Add(2)
-	go func() { defer wg.Done(); a.slowLoop(ctx) }()
-	go func() { defer wg.Done(); a.fastLoop(ctx) }()
+	wg.Go(func() { a.slowLoop(ctx) })
+	wg.Go(func() { a.fastLoop(ctx) })
+	wg.Go(func() {
+		a.store.RunCheckpoints(ctx, func(err error) { a.log.Error("cannot write checkpoint", "dir", a.cfg.StateDir, "err", err) })
+	})
 	if a.lease != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); a.reportLoop(ctx) }()
+		wg.Go(func() { a.reportLoop(ctx) })
 	}
-	if a.cfg.Hooks.CRIProxy {
-		proxy, err := cri.New(cri.Options{Socket: a.cfg.Hooks.CRISocket, RuntimeSocket: a.cfg.Hooks.RuntimeSocket,
-			Timeout: a.cfg.Hooks.Timeout, CgroupV2: a.layout.Version == cgroupfs.V2,
-			Decider: hookDecider{a}, Observer: a.metrics, Log: a.log})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := proxy.Serve(ctx); err != nil {
-				serveErrOnce.Do(func() { serveErr = fmt.Errorf("cri proxy: %w", err) })
+	for _, src := range a.sources {
+		wg.Go(func() {
+			if err := src.Run(ctx); err != nil {
+				serveErrOnce.Do(func() { serveErr = fmt.Errorf("%s source: %w", src.Name(), err) })
 				cancel()
 			}
-		}()
-	}
-	if a.cfg.Hooks.NRI {
-		plugin, err := nri.New(nri.Options{Socket: a.cfg.Hooks.NRISocket, Timeout: a.cfg.Hooks.Timeout,
-			CgroupV2: a.layout.Version == cgroupfs.V2, Decider: hookDecider{a}, Observer: a.metrics, Log: a.log})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return err
-		}
-		wg.Add(2)
-		go func() { defer wg.Done(); _ = plugin.Run(ctx) }()
-		go func() { defer wg.Done(); a.refreshNRI(ctx, plugin) }()
-	}
-	if a.kube != nil && a.kube.client != nil {
-		wg.Add(1)
-		go a.runKubernetes(ctx, wg.Done)
+		})
 	}
 	if a.cfg.Loops.PSITrigger {
-		wg.Add(1)
-		go func() { defer wg.Done(); a.watchPressure(ctx) }()
+		wg.Go(func() { a.watchPressure(ctx) })
 	}
 	a.log.Info("agent running", "node", a.cfg.NodeName, "cgroup", a.layout.Version.String(), "root", a.cfg.Cgroup.Root,
-		"cpus", a.topo.AllCPUs().String(), "cpuIdle", a.idle, "socket", a.cfg.SocketPath, "metrics", a.cfg.MetricsAddress, "criProxy", a.cfg.Hooks.CRIProxy, "nri", a.cfg.Hooks.NRI)
+		"cpus", a.topo.AllCPUs().String(), "cpuIdle", a.idle, "socket", a.cfg.SocketPath, "metrics", a.cfg.MetricsAddress, "sources", a.sourceNames())
 	<-ctx.Done()
 	wg.Wait()
 	a.background.Wait()
-	_ = a.gpus.src.Close()
+	_ = a.gpuSource.Close()
 	_ = os.Remove(a.cfg.SocketPath)
 	_ = a.stateLock.Close()
 	return serveErr
@@ -330,152 +333,4 @@ func (a *Agent) metricsServer() *http.Server {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-}
-
-// pluginWorkloads lists the workloads sorted by cgroup path, as plugins see them.
-func (a *Agent) pluginWorkloads() []plugins.Workload {
-	out := make([]plugins.Workload, 0, len(a.workloads))
-	for _, w := range a.workloads {
-		out = append(out, w.Workload)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Cgroup < out[j].Cgroup })
-	return out
-}
-
-// dedicatedCPUsLocked are all cores owned by dedicated workloads, and those the kubelet's
-// CPU manager gave exclusively.
-func (a *Agent) dedicatedCPUsLocked() cpuset.CPUSet {
-	all := a.kubeletExclusiveLocked()
-	for _, w := range a.workloads {
-		all = all.Union(w.DedicatedCPUs)
-	}
-	return all
-}
-
-// applyLocked recomputes the pools from the plan and writes the cgroup tree. When writes fail,
-// lending drops to its minimum and the published capacity to zero until they succeed again.
-func (a *Agent) applyLocked() error {
-	plan := a.writtenPlanLocked(time.Now())
-	old := a.pools
-	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, a.dedicatedCPUsLocked(), plan.ReclaimedMilliCPU)
-	if !samePoolCPUs(old, a.pools) {
-		// Runtime hooks hold their own copy of containers' cpusets: tell them.
-		select {
-		case a.poolsChanged <- struct{}{}:
-		default:
-		}
-	}
-	ws := a.pluginWorkloads()
-	tree := plugins.NewTree(a.cfg.Cgroup.Root, ws)
-	cpu.Fill(tree, a.topo.AllCPUs(), a.pools, plan.TotalMilliCPU(), a.idle)
-	memory.Fill(tree, plan.ReclaimedMemory)
-	node := a.nodeLocked(plan)
-	for _, w := range ws {
-		if len(w.GPUs) > 0 {
-			_, w.GPUMinors = a.gpus.tracker.Visibility(w.Name)
-		}
-		*tree.Workload(w) = isolation.Decide(w, node).Settings
-	}
-	err := a.writer.Apply(tree.Cgroups())
-	if err != nil {
-		// Every failing pass, not only the first: the slow loop must not grow lending back
-		// while writes keep failing.
-		for _, c := range a.advisor.Reset("cgroup writes failing") {
-			a.actionLocked("shrink", "cgroup-error", c.Reason)
-		}
-	}
-	a.applyErr = err
-	return err
-}
-
-// nodeLocked is what the decision function needs to know of the node under plan.
-func (a *Agent) nodeLocked(plan advisor.Plan) isolation.Node {
-	return isolation.Node{Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
-		GPUMinors: a.gpus.tracker.Minors()}
-}
-
-// minWrittenMemory is the least memory limit the reclaimed tier gets: 0 would mean "leave
-// the limit as it is", and a few MiB keeps the kernel's own allocations possible.
-const minWrittenMemory = 4 << 20
-
-// writtenPlanLocked is what the cgroups get: the plan capped by the lease, but never under
-// the minimum on any NUMA node, so the reclaimed pool always has a CPU and a limit that are
-// written (an empty pool or a zero limit would leave stale, wider settings in place).
-func (a *Agent) writtenPlanLocked(now time.Time) advisor.Plan {
-	plan := a.leaseCapLocked(a.advisor.Plan(), now)
-	for _, np := range cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, a.dedicatedCPUsLocked(), nil) {
-		floor := min(a.cfg.CPU.MinReclaimedMilliCPU, int64(np.Shared.Size())*1000)
-		plan.ReclaimedMilliCPU[np.Node] = max(plan.ReclaimedMilliCPU[np.Node], floor)
-	}
-	plan.ReclaimedMemory = max(plan.ReclaimedMemory, a.cfg.Memory.MinReclaimedBytes, minWrittenMemory)
-	return plan
-}
-
-// publishLocked updates the metrics from the current state.
-func (a *Agent) publishLocked() {
-	plan := a.writtenPlanLocked(time.Now())
-	for _, np := range a.pools {
-		a.metrics.SetPool(np.Node, map[string]int{
-			string(qos.System): np.System.Size(), string(qos.Dedicated): np.Dedicated.Size(),
-			string(qos.Shared): np.Shared.Size(), string(qos.Reclaimed): np.Reclaimed.Size(),
-		}, plan.ReclaimedMilliCPU[np.Node])
-	}
-	a.metrics.SetLendable(a.lendableLocked())
-	a.metrics.SetGPUs(a.gpuStatusLocked())
-	byTier := map[string]int{}
-	for _, t := range qos.AllTiers() {
-		byTier[string(t)] = 0
-	}
-	for _, w := range a.workloads {
-		byTier[string(w.Tier)]++
-	}
-	a.metrics.SetWorkloads(byTier)
-	a.metrics.SetMetricsFresh(a.advisor.Primed())
-}
-
-// lendableLocked is what the node can vouch for lending: nothing while metrics are stale or
-// cgroup writes fail.
-func (a *Agent) lendableLocked() reporter.Lendable {
-	if !a.advisor.Primed() || a.applyErr != nil {
-		return reporter.Lendable{}
-	}
-	plan := a.leaseCapLocked(a.advisor.Plan(), time.Now())
-	return reporter.Lendable{MilliCPU: plan.TotalMilliCPU(), MemoryBytes: plan.ReclaimedMemory, GPUs: a.gpus.tracker.Lendable()}
-}
-
-// actionLocked records a decision for status, metrics and the log.
-func (a *Agent) actionLocked(kind, label, reason string) {
-	act := reporter.Action{Time: time.Now(), Kind: kind, Reason: reason}
-	a.actions = append(a.actions, act)
-	if over := len(a.actions) - a.cfg.Status.ActionHistory; over > 0 {
-		a.actions = append(a.actions[:0], a.actions[over:]...)
-	}
-	a.metrics.Action(kind, label)
-	a.log.Info("action", "kind", kind, "reason", reason)
-}
-
-// samePoolCPUs reports whether two pool layouts put the same CPUs in every pool.
-func samePoolCPUs(x, y cpu.Pools) bool {
-	return x.System().Equals(y.System()) && x.Dedicated().Equals(y.Dedicated()) &&
-		x.Shared().Equals(y.Shared()) && x.Reclaimed().Equals(y.Reclaimed())
-}
-
-// refreshNRI pushes new decisions to the runtime through the NRI plugin whenever the pools'
-// CPUs change, at most once a second.
-func (a *Agent) refreshNRI(ctx context.Context, plugin *nri.Plugin) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.poolsChanged:
-		}
-		if err := plugin.Refresh(ctx); err != nil {
-			a.log.Debug("NRI refresh failed; the reconcile loop holds the cgroups", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
 }

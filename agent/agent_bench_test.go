@@ -43,5 +43,5 @@ func BenchmarkSlowPass(b *testing.B) {
 	for b.Loop() {
 		a.slowPass(ctx)
 	}
-	b.ReportMetric(float64(len(a.workloads)), "workloads")
+	b.ReportMetric(float64(len(a.store.Snapshot().Workloads)), "workloads")
 }

@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tidalqos/tidal/agent/source/standalone"
+	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/reporter"
 )
 
@@ -88,8 +90,23 @@ func (a *Agent) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, wl)
 }
 
+// AdmitRequest asks the agent to manage a process as a workload (`tidal run`).
+type AdmitRequest = standalone.AdmitRequest
+
+// Admit has the standalone source manage a process (see standalone.Source.Admit).
+func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) {
+	r, err := a.standalone.Admit(req, peerPID)
+	if err != nil {
+		return reporter.Workload{}, err
+	}
+	return workloadStatus(r), nil
+}
+
+// Release forgets a workload whose processes have exited.
+func (a *Agent) Release(name string) error { return a.standalone.Release(name) }
+
 func (a *Agent) handleRelease(w http.ResponseWriter, r *http.Request) {
-	if err := a.Release(r.PathValue("name")); err != nil {
+	if err := a.standalone.Release(r.PathValue("name")); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -97,9 +114,9 @@ func (a *Agent) handleRelease(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeErr(w http.ResponseWriter, err error) {
-	var re *requestError
+	var re *standalone.RequestError
 	if errors.As(err, &re) {
-		writeError(w, re.status, re.msg)
+		writeError(w, re.Status, re.Msg)
 		return
 	}
 	writeError(w, http.StatusInternalServerError, err.Error())
@@ -117,14 +134,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // Status reports pools, workloads, lending and recent actions.
 func (a *Agent) Status() reporter.Status {
+	snap := a.store.Snapshot()
+	gpus := a.gpuStatus()
+	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	plan := a.writtenPlanLocked(time.Now())
+	plan := a.writtenPlanLocked(now, snap)
 	s := reporter.Status{
-		Schema: reporter.StatusSchemaVersion, Node: a.cfg.NodeName, Mode: a.cfg.Mode, Time: time.Now(),
+		Schema: reporter.StatusSchemaVersion, Node: a.cfg.NodeName, Mode: a.cfg.Mode, Time: now,
 		CgroupRoot: a.cfg.Cgroup.Root, CgroupVer: a.layout.Version.String(), CPUIdle: a.idle,
-		MetricsOK: a.advisor.Primed(), Lendable: a.lendableLocked(),
-		Pools: []reporter.Pool{}, Workloads: []reporter.Workload{}, GPUs: a.gpuStatusLocked(),
+		MetricsOK: a.advisor.Primed(), Lendable: a.lendableLocked(now),
+		Pools: []reporter.Pool{}, Workloads: []reporter.Workload{}, GPUs: gpus,
 		Actions: append([]reporter.Action{}, a.actions...),
 	}
 	if a.applyErr != nil {
@@ -138,23 +158,23 @@ func (a *Agent) Status() reporter.Status {
 			LentMilliCPU: plan.ReclaimedMilliCPU[np.Node], OnlineMilliCPU: a.online[np.Node],
 		})
 	}
-	for _, w := range a.workloads {
-		s.Workloads = append(s.Workloads, a.workloadStatusLocked(w))
+	for _, r := range snap.Workloads {
+		s.Workloads = append(s.Workloads, workloadStatus(r))
 	}
 	sort.Slice(s.Workloads, func(i, j int) bool { return s.Workloads[i].Name < s.Workloads[j].Name })
 	return s
 }
 
-func (a *Agent) workloadStatusLocked(w *workload) reporter.Workload {
-	state := "running"
-	if w.evicting {
-		state = "evicting"
+func workloadStatus(r state.Record) reporter.Workload {
+	st := "running"
+	if r.Evicting {
+		st = "evicting"
 	}
 	return reporter.Workload{
-		Name: w.Name, Tier: string(w.Tier), Cgroup: w.Cgroup, PIDs: append([]int{}, w.pids...),
-		CPUs: w.DedicatedCPUs.String(), ReclaimPriority: w.ReclaimPriority, MilliCPU: w.cpuMilli,
-		MemoryBytes: w.MemoryUsage, Started: w.Started, State: state,
-		GPUs: w.GPUs, Env: gpuEnv(w.Workload), Queue: w.Queue,
+		Name: r.Name, Tier: string(r.Tier), Cgroup: r.Cgroup, PIDs: append([]int{}, r.PIDs...),
+		CPUs: r.DedicatedCPUs.String(), ReclaimPriority: r.ReclaimPriority, MilliCPU: r.MilliCPU,
+		MemoryBytes: r.MemoryUsage, Started: r.Started, State: st,
+		GPUs: r.GPUs, Env: gpuEnv(r.Workload), Queue: r.Queue,
 	}
 }
 

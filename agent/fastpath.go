@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -34,7 +35,7 @@ func (f *fastWindow) add(now time.Time, used time.Duration) (int64, bool) {
 	if span < f.window || span <= 0 {
 		return 0, false
 	}
-	return milli(used-f.used[0], span), true
+	return state.Milli(used-f.used[0], span), true
 }
 
 // fastLoop samples online work's CPU counters every fast interval and shrinks lending at
@@ -54,9 +55,7 @@ func (a *Agent) fastLoop(ctx context.Context) {
 			// once a second. A changed set makes the cumulative sum jump, so the window
 			// starts over.
 			if ticks%onlineRefreshTicks == 0 {
-				a.mu.Lock()
-				plus, minus := a.onlineCgroupsLocked()
-				a.mu.Unlock()
+				plus, minus := a.onlineCgroups()
 				if c.set(plus, minus) {
 					a.fast = newFastWindow(a.cfg.Loops.FastWindow)
 				}
@@ -154,20 +153,19 @@ func (c *onlineCounters) close() {
 	}
 }
 
-// spike hands the online rate, split over NUMA nodes by pool size, to the advisor and writes
-// the cgroups at once if it shrank lending.
+// spike hands the online rate, split over NUMA nodes by pool size, to the advisor and, if
+// that shrank lending, writes the reclaimed limits at once.
 func (a *Agent) spike(now time.Time, onlineMilli int64) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	var total int64
 	for _, np := range a.pools {
 		total += int64(np.Shared.Size())
 	}
-	if total == 0 {
-		return
-	}
 	changed := false
 	for _, np := range a.pools {
+		if total == 0 {
+			break
+		}
 		share := onlineMilli * int64(np.Shared.Size()) / total
 		if c := a.advisor.Spike(now, np.Node, share); c != nil {
 			a.actionLocked("throttle", "online-spike", c.Reason)
@@ -175,11 +173,65 @@ func (a *Agent) spike(now time.Time, onlineMilli int64) {
 		}
 	}
 	if changed {
-		if err := a.applyLocked(); err != nil {
-			a.log.Error("fast path cgroup write failed", "err", err)
-		}
-		a.publishLocked()
+		a.planGeneration++
 	}
+	a.mu.Unlock()
+	if changed {
+		a.writeReclaimedLimits()
+	}
+}
+
+// writeReclaimedLimits is the fast path's narrow write: only the CPU quotas of reclaimed
+// cgroups (tidal's tier, its children with caps of their own, reclaimed pods), from the
+// current plan, without the full pass's other writes and without waiting for it. The next
+// full pass narrows the reclaimed pool's cpuset to match.
+func (a *Agent) writeReclaimedLimits() {
+	snap := a.store.Snapshot()
+	a.mu.Lock()
+	plan := a.writtenPlanLocked(time.Now(), snap)
+	node := a.nodeLocked(plan)
+	a.mu.Unlock()
+	reclaimedTier := plugins.TierPath(a.cfg.Cgroup.Root, qos.Reclaimed)
+	var narrow []plugins.Cgroup
+	for _, c := range a.desired(snap, node, plan).Cgroups() {
+		if c.Settings.CPUQuota == 0 {
+			continue
+		}
+		if r, ok := snap.ByCgroup(c.Path); c.Path == reclaimedTier || ok && r.Tier == qos.Reclaimed {
+			narrow = append(narrow, plugins.Cgroup{Path: c.Path, Foreign: c.Foreign, Settings: plugins.Settings{CPUQuota: c.Settings.CPUQuota}})
+		}
+	}
+	err := a.writer.Apply(narrow)
+	if err != nil {
+		a.log.Error("fast path cgroup write failed", "err", err)
+	}
+	a.publish(snap)
+}
+
+// onlineCgroups are the cgroups whose CPU time the fast path counts as online work (plus)
+// once the ones to take out of it (minus) are subtracted: tidal's online tiers and, with a
+// pod source, every pod but the reclaimed and dedicated ones.
+func (a *Agent) onlineCgroups() (plus, minus []string) {
+	plus = []string{plugins.TierPath(a.cfg.Cgroup.Root, qos.Shared)}
+	if a.cfg.CPU.ReservedSystemCPUs.IsEmpty() {
+		// Without reserved CPUs the system tier runs in the shared pool too.
+		plus = append(plus, plugins.TierPath(a.cfg.Cgroup.Root, qos.System))
+	}
+	if a.pods == nil {
+		return plus, nil
+	}
+	kubepods, ok := a.pods.Kubepods()
+	if !ok {
+		return plus, nil
+	}
+	plus = append(plus, kubepods)
+	for _, r := range a.store.Snapshot().Workloads {
+		if r.Owner.Foreign() && (r.Tier == qos.Reclaimed || r.Tier == qos.Dedicated) {
+			minus = append(minus, r.Cgroup)
+		}
+	}
+	slices.Sort(minus)
+	return plus, minus
 }
 
 // watchPressure arms a PSI trigger on the shared tier's cpu.pressure. Only a cgroup v2 tree
@@ -193,14 +245,16 @@ func (a *Agent) watchPressure(ctx context.Context) {
 	path := filepath.Join(a.layout.Dir("cpu", plugins.TierPath(a.cfg.Cgroup.Root, qos.Shared)), "cpu.pressure")
 	err := metrics.WatchPressure(ctx, path, a.cfg.Loops.PSIStallThreshold, a.cfg.Loops.PSIWindow, func() {
 		a.mu.Lock()
-		defer a.mu.Unlock()
 		changes := a.advisor.Pressure(time.Now(), "online CPU pressure (PSI)")
 		for _, c := range changes {
 			a.actionLocked("throttle", "online-pressure", c.Reason)
 		}
 		if len(changes) > 0 {
-			_ = a.applyLocked()
-			a.publishLocked()
+			a.planGeneration++
+		}
+		a.mu.Unlock()
+		if len(changes) > 0 {
+			a.writeReclaimedLimits()
 		}
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/arbiter"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/eviction"
@@ -33,8 +34,6 @@ type leasing struct {
 	expires  time.Time
 	received time.Time
 	lastErr  error
-	// ungranted remembers since when each queue of running reclaimed work has had no grant.
-	ungranted map[string]time.Time
 }
 
 func newLeasing(cfg config.Config) (*leasing, error) {
@@ -49,7 +48,6 @@ func newLeasing(cfg config.Config) (*leasing, error) {
 		client:    &arbiter.Client{URL: cfg.Arbiter.URL, NodeName: cfg.NodeName},
 		tokenFile: cfg.Arbiter.TokenFile,
 		labels:    labels,
-		ungranted: map[string]time.Time{},
 	}
 	if err := l.refreshToken(); err != nil {
 		return nil, err
@@ -117,8 +115,9 @@ func (a *Agent) reportLoop(ctx context.Context) {
 // reportOnce sends one report and applies the lease that comes back. The network call runs
 // without the agent's lock.
 func (a *Agent) reportOnce(ctx context.Context) {
+	snap := a.store.Snapshot()
 	a.mu.Lock()
-	r := a.reportLocked(time.Now())
+	r := a.reportLocked(time.Now(), snap)
 	if err := a.lease.refreshToken(); err != nil {
 		a.log.Warn("cannot read the arbiter token again; using the last one", "err", err)
 	}
@@ -128,18 +127,18 @@ func (a *Agent) reportOnce(ctx context.Context) {
 	lease, err := client.Report(ctx, r)
 	now := time.Now()
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if err != nil {
 		if a.lease.lastErr == nil {
 			a.log.Warn("cannot report to the arbiter; lending only until the lease expires", "err", err, "expires", a.lease.expires)
 		}
 		a.lease.lastErr = err
-		_ = a.applyLocked()
-		a.publishLocked()
+		a.mu.Unlock()
+		_ = a.reconcile()
 		return
 	}
 	if err := checkLease(lease, a.cfg.Arbiter.ReportInterval); err != nil {
 		a.lease.lastErr = err
+		a.mu.Unlock()
 		a.log.Warn("ignoring a lease the agent cannot trust; keeping the one it holds", "err", err)
 		return
 	}
@@ -148,18 +147,20 @@ func (a *Agent) reportOnce(ctx context.Context) {
 	}
 	a.lease.lease, a.lease.received, a.lease.lastErr = lease, now, nil
 	a.lease.expires = now.Add(lease.Expires.Sub(lease.Issued))
-	a.gpus.tracker.SetLeased(now, leasedGPUs(a.lease.active(now)))
-	_ = a.applyLocked()
-	a.publishLocked()
+	leased := leasedGPUs(a.lease.active(now))
+	a.mu.Unlock()
+	a.store.Allocator().GPUs().SetLeased(now, leased)
+	_ = a.reconcile()
 }
 
 // reportLocked describes the node for the arbiter: capacity, online use and prediction, what
 // it could lend by its own advisor (the arbiter caps it), per NUMA node.
-func (a *Agent) reportLocked(now time.Time) arbiter.Report {
+func (a *Agent) reportLocked(now time.Time, snap state.Snapshot) arbiter.Report {
 	plan := a.advisor.Plan()
 	demand := a.advisor.Demand()
 	var lendableGPUs []string
-	for _, g := range a.gpuStatusLocked() {
+	gpus := a.gpuStatus()
+	for _, g := range gpus {
 		if g.Lendable {
 			lendableGPUs = append(lendableGPUs, g.UUID)
 		}
@@ -167,7 +168,7 @@ func (a *Agent) reportLocked(now time.Time) arbiter.Report {
 	sort.Strings(lendableGPUs)
 	r := arbiter.Report{
 		Node: a.cfg.NodeName, Labels: a.lease.labels, Time: now,
-		Capacity: arbiter.Resources{MilliCPU: int64(a.topo.AllCPUs().Size()) * 1000, MemoryBytes: a.memTotal, GPUs: len(a.gpus.tracker.States())},
+		Capacity: arbiter.Resources{MilliCPU: int64(a.topo.AllCPUs().Size()) * 1000, MemoryBytes: a.memTotal, GPUs: len(gpus)},
 		Lendable: arbiter.Lendable{GPUs: len(lendableGPUs), GPUUUIDs: lendableGPUs},
 	}
 	if r.Lendable.GPUUUIDs == nil {
@@ -231,56 +232,51 @@ func (a *Agent) leaseCapLocked(plan advisor.Plan, now time.Time) advisor.Plan {
 	return plan
 }
 
-// enforceLeaseLocked takes back what the lease no longer grants: reclaimed work of a queue
-// without an active grant is evicted after the grace period, lowest priority first, one at a
-// time. Work of no queue (the shared low-SLA queue) is only throttled by the cap.
-func (a *Agent) enforceLeaseLocked(ctx context.Context, now time.Time) {
+// enforceLease takes back what the lease no longer grants: reclaimed work of a queue without
+// an active grant is evicted after the grace period, lowest priority first, one at a time.
+// Work of no queue (the shared low-SLA queue) is only throttled by the cap.
+func (a *Agent) enforceLease(ctx context.Context, now time.Time) {
 	if a.lease == nil {
 		return
 	}
+	snap := a.store.Snapshot()
+	a.mu.Lock()
 	grantedQueues := map[string]bool{}
 	for _, g := range a.lease.active(now) {
 		grantedQueues[g.Queue] = true
 	}
-	var victims []*workload
-	for _, w := range a.workloads {
-		if w.Tier != qos.Reclaimed || w.Queue == "" {
+	var victims []plugins.Workload
+	for _, r := range snap.Workloads {
+		if r.Tier != qos.Reclaimed || r.Queue == "" {
 			continue
 		}
-		if grantedQueues[w.Queue] {
-			delete(a.lease.ungranted, w.Queue)
+		if grantedQueues[r.Queue] {
+			delete(a.ungranted, r.Queue)
 			continue
 		}
-		if w.evicting {
+		if r.Evicting {
 			continue
 		}
-		since, ok := a.lease.ungranted[w.Queue]
+		since, ok := a.ungranted[r.Queue]
 		if !ok {
-			a.lease.ungranted[w.Queue] = now
-			a.actionLocked("throttle", "lease-ended", fmt.Sprintf("queue %s has no grant (lease %s); its work is evicted after %s", w.Queue, leaseState(a.lease, now), a.cfg.Eviction.GracePeriod))
+			a.ungranted[r.Queue] = now
+			a.actionLocked("throttle", "lease-ended", fmt.Sprintf("queue %s has no grant (lease %s); its work is evicted after %s", r.Queue, leaseState(a.lease, now), a.cfg.Eviction.GracePeriod))
 			continue
 		}
 		if now.Sub(since) >= a.cfg.Eviction.GracePeriod {
-			victims = append(victims, w)
+			victims = append(victims, r.Workload)
 		}
 	}
-	if len(victims) == 0 || time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown {
+	cooling := time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown
+	a.mu.Unlock()
+	if len(victims) == 0 || cooling || evicting(snap) {
 		return
 	}
-	for _, w := range a.workloads {
-		if w.evicting {
-			return // one at a time
-		}
-	}
-	byName := map[string]*workload{}
-	var ranked []plugins.Workload
-	for _, w := range victims {
-		byName[w.Name] = w
-		ranked = append(ranked, w.Workload)
-	}
-	first := eviction.Rank(ranked)[0]
-	w := byName[first.Name]
-	a.evictLocked(ctx, w, "lease-ended", fmt.Sprintf("%s (queue %s, priority %d): no grant for its queue since %s", w.Name, w.Queue, w.ReclaimPriority, a.lease.ungranted[w.Queue].Format(time.TimeOnly)))
+	r, _ := snap.Get(eviction.Rank(victims)[0].Name)
+	a.mu.Lock()
+	since := a.ungranted[r.Queue]
+	a.mu.Unlock()
+	a.evict(ctx, r, "lease-ended", fmt.Sprintf("%s (queue %s, priority %d): no grant for its queue since %s", r.Name, r.Queue, r.ReclaimPriority, since.Format(time.TimeOnly)))
 }
 
 // maxLeaseReports bounds a lease's lifetime in report intervals: a lease that claims to last

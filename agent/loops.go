@@ -6,10 +6,17 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
-	"syscall"
+	"path"
 	"time"
 
+	"github.com/tidalqos/tidal/agent/evict"
+	"github.com/tidalqos/tidal/agent/source"
+	"github.com/tidalqos/tidal/agent/source/pods"
+	"github.com/tidalqos/tidal/agent/state"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/plugins/eviction"
+	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
 )
@@ -55,15 +62,23 @@ func (a *Agent) slowLoop(ctx context.Context) {
 	}
 }
 
-// slowPass samples the node, garbage-collects exited workloads, moves the plan, evicts if
-// memory is short, and writes the cgroup tree.
+// slowPass samples the node (no lock held), moves the plan, evicts if memory is short or a
+// lease ended or online work needs a GPU back, and writes the cgroup tree.
 func (a *Agent) slowPass(ctx context.Context) {
 	start := time.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	defer func() { a.metrics.ObserveLoop("slow", time.Since(start)) }()
+	for _, src := range a.sources {
+		if r, ok := src.(source.Refreshing); ok {
+			r.Refresh()
+		}
+	}
+	snap := a.store.Snapshot()
+	a.mu.Lock()
+	pools := a.pools
+	a.mu.Unlock()
 
-	s, fresh, err := a.sampleLocked(start)
+	s, fresh, err := a.sample(start, snap, pools)
+	a.mu.Lock()
 	switch {
 	case err != nil && start.Sub(a.sampler.lastOK) > a.cfg.Loops.MetricsStaleAfter:
 		a.log.Warn("node metrics unavailable", "err", err)
@@ -76,59 +91,63 @@ func (a *Agent) slowPass(ctx context.Context) {
 		for _, c := range a.advisor.Step(s.advisor) {
 			a.actionLocked(c.Kind, "online-usage", c.Reason)
 		}
-		a.maybeEvictLocked(ctx, s)
 	}
-	if a.kube != nil {
-		a.kubePassLocked()
+	a.mu.Unlock()
+	if err == nil && fresh {
+		a.maybeEvictForMemory(ctx, s)
 	}
-	a.observeGPUsLocked(start)
-	a.enforceLeaseLocked(ctx, start)
-	a.collectExitedLocked()
+	a.observeGPUs(ctx, start)
+	a.enforceLease(ctx, start)
+	a.refreshChildren(snap)
 	a.passes++
 	if a.passes%forgetEvery == 0 {
 		a.writer.Forget()
 	}
-	if err := a.applyLocked(); err != nil {
+	if err := a.reconcile(); err != nil {
 		a.log.Error("cgroup settings failed", "err", err)
 	}
-	a.publishLocked()
 }
 
-// sampleLocked reads node CPU and memory, and each workload's usage. fresh is false on the
-// first call, when there is no previous reading to take a rate from.
-func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
+// sample reads node CPU and memory, and a share of the workloads' usage. fresh is false on
+// the first call, when there is no previous reading to take a rate from.
+func (a *Agent) sample(now time.Time, snap state.Snapshot, pools cpu.Pools) (sample, bool, error) {
 	var s sample
-	cpus, err := metrics.ReadCPUTimes("/proc")
+	cpus, err := metrics.ReadCPUTimes(a.procDir)
 	if err != nil {
 		return s, false, err
 	}
-	if s.memory, err = metrics.ReadMemory("/proc"); err != nil {
+	if s.memory, err = metrics.ReadMemory(a.procDir); err != nil {
 		return s, false, err
 	}
-	s.pressure, _ = metrics.ReadPressure("/proc", "memory") // absent on kernels without PSI
-	reclaimedCPU, reclaimedMem, err := a.reclaimedUsageLocked()
+	s.pressure, _ = metrics.ReadPressure(a.procDir, "memory") // absent on kernels without PSI
+	reclaimedCPU, reclaimedMem, err := a.reclaimedUsage(snap)
 	if err != nil {
 		return s, false, err
 	}
 	s.reclaimedMemory = reclaimedMem
-	a.memTotal = s.memory.TotalBytes
-	a.memOnline = max(s.memory.TotalBytes-s.memory.AvailableBytes-reclaimedMem, 0)
+	online := max(s.memory.TotalBytes-s.memory.AvailableBytes-reclaimedMem, 0)
 	prev := a.sampler
 	a.sampler = sampler{at: now, cpu: cpus, reclaimed: reclaimedCPU, lastOK: now}
 	elapsed := now.Sub(prev.at)
-	a.sampleWorkloadsLocked(now)
+	a.sampleWorkloads(now, snap)
+	a.mu.Lock()
+	a.memTotal, a.memOnline = s.memory.TotalBytes, online
+	a.mu.Unlock()
 	if prev.cpu == nil || elapsed <= 0 {
 		return s, false, nil
 	}
 
 	// Online use of each node's shared pool = busy time of its CPUs less reclaimed work's share
 	// (split over nodes by where the reclaimed pool lies).
-	reclaimedMilli := milli(reclaimedCPU-prev.reclaimed, elapsed)
-	reclaimedCPUs := a.pools.Reclaimed().Size()
+	reclaimedMilli := state.Milli(reclaimedCPU-prev.reclaimed, elapsed)
+	reclaimedCPUs := 0
+	for _, np := range pools {
+		reclaimedCPUs += np.Reclaimed.Size()
+	}
 	s.advisor = advisor.Sample{Time: now, NUMA: map[int]advisor.NUMASample{},
-		MemoryTotalBytes:  s.memory.TotalBytes,
-		MemoryOnlineBytes: max(s.memory.TotalBytes-s.memory.AvailableBytes-reclaimedMem, 0)}
-	for _, np := range a.pools {
+		MemoryTotalBytes: s.memory.TotalBytes, MemoryOnlineBytes: online}
+	perNode := map[int]int64{}
+	for _, np := range pools {
 		var busy float64
 		for _, c := range np.Shared.List() {
 			busy += cpus[c].Busy - prev.cpu[c].Busy
@@ -137,166 +156,184 @@ func (a *Agent) sampleLocked(now time.Time) (sample, bool, error) {
 		if reclaimedCPUs > 0 {
 			share = reclaimedMilli * int64(np.Reclaimed.Size()) / int64(reclaimedCPUs)
 		}
-		online := max(int64(busy*1000/elapsed.Seconds())-share, 0)
-		s.advisor.NUMA[np.Node] = advisor.NUMASample{PoolMilliCPU: int64(np.Shared.Size()) * 1000, OnlineMilliCPU: online}
-		a.online[np.Node] = online
+		used := max(int64(busy*1000/elapsed.Seconds())-share, 0)
+		s.advisor.NUMA[np.Node] = advisor.NUMASample{PoolMilliCPU: int64(np.Shared.Size()) * 1000, OnlineMilliCPU: used}
+		perNode[np.Node] = used
 	}
+	a.mu.Lock()
+	for n, v := range perNode {
+		a.online[n] = v
+	}
+	a.mu.Unlock()
 	return s, true, nil
 }
 
-// reclaimedUsageLocked sums the CPU time and memory of reclaimed work. tidal's own tier must
-// be readable; a pod's cgroup may be gone already (the pod just ended).
-func (a *Agent) reclaimedUsageLocked() (time.Duration, int64, error) {
-	var cpu time.Duration
+// reclaimedCgroups are the cgroups holding reclaimed work: tidal's tier and reclaimed pods.
+func (a *Agent) reclaimedCgroups(snap state.Snapshot) []string {
+	out := []string{plugins.TierPath(a.cfg.Cgroup.Root, qos.Reclaimed)}
+	for _, r := range snap.Workloads {
+		if r.Owner.Foreign() && r.Tier == qos.Reclaimed {
+			out = append(out, r.Cgroup)
+		}
+	}
+	return out
+}
+
+// reclaimedUsage sums the CPU time and memory of reclaimed work. tidal's own tier must be
+// readable; a pod's cgroup may be gone already (the pod just ended).
+func (a *Agent) reclaimedUsage(snap state.Snapshot) (time.Duration, int64, error) {
+	var used time.Duration
 	var mem int64
-	for i, p := range a.reclaimedCgroupsLocked() {
+	for i, p := range a.reclaimedCgroups(snap) {
 		c, err := a.layout.CPUUsage(p)
 		if err == nil {
 			var m int64
 			if m, err = a.layout.MemoryUsage(p); err == nil {
-				cpu, mem = cpu+c, mem+m
+				used, mem = used+c, mem+m
 			}
 		}
 		if err != nil && i == 0 {
 			return 0, 0, err
 		}
 	}
-	return cpu, mem, nil
+	return used, mem, nil
 }
 
-// sampleWorkloadsLocked refreshes each workload's processes, CPU rate and memory.
-func (a *Agent) sampleWorkloadsLocked(now time.Time) {
-	for _, w := range a.workloads {
+// sampleWorkloads refreshes a share of the workloads' processes, CPU rate and memory.
+func (a *Agent) sampleWorkloads(now time.Time, snap state.Snapshot) {
+	for _, r := range snap.Workloads {
 		// Round robin by name, so the cost is spread evenly over the passes.
-		if int(fnv32(w.Name)%workloadSampleEvery) != a.passes%workloadSampleEvery {
+		if int(fnv32(r.Name)%workloadSampleEvery) != a.passes%workloadSampleEvery {
 			continue
 		}
+		var u state.Usage
 		// Workload cgroups are leaves: a plain read, no directory walk. A failed read keeps
-		// the last list: an unreadable cgroup is not an exited workload.
-		// A pod's processes are in its containers' cgroups.
-		if pids, err := a.layout.Procs(w.Cgroup, w.KubeletOwned); err == nil {
-			w.pids = pids
-		} else if !errors.Is(err, os.ErrNotExist) {
-			a.log.Warn("cannot list a workload's processes", "cgroup", w.Cgroup, "err", err)
-		} else {
-			w.pids = nil
+		// the last list: an unreadable cgroup is not an exited workload. A pod's processes
+		// are in its containers' cgroups.
+		pids, err := a.layout.Procs(r.Cgroup, r.Owner.Foreign())
+		switch {
+		case err == nil:
+			u.PIDs, u.Gone = pids, len(pids) == 0
+		case errors.Is(err, os.ErrNotExist):
+			u.Gone = true
+		default:
+			a.log.Warn("cannot list a workload's processes", "cgroup", r.Cgroup, "err", err)
 		}
-		if used, err := a.layout.CPUUsage(w.Cgroup); err == nil {
-			if !w.cpuAt.IsZero() {
-				w.cpuMilli = milli(used-w.cpuPrev, now.Sub(w.cpuAt))
-			}
-			w.cpuPrev, w.cpuAt = used, now
+		if used, err := a.layout.CPUUsage(r.Cgroup); err == nil {
+			u.CPU, u.HaveCPU = used, true
 		}
-		if mem, err := a.layout.MemoryUsage(w.Cgroup); err == nil {
-			w.MemoryUsage = mem
+		if mem, err := a.layout.MemoryUsage(r.Cgroup); err == nil {
+			u.MemoryBytes, u.HaveMemory = mem, true
 		}
+		a.store.Observe(r.Name, now, u)
 	}
 }
 
-// collectExitedLocked forgets workloads whose processes are all gone.
-func (a *Agent) collectExitedLocked() {
-	for _, w := range a.workloads {
-		if w.KubeletOwned {
-			continue // pods come and go with the pod watch
+// refreshChildren lists the child cgroups of foreign workloads (a pod's containers), which
+// cgroup v1 needs narrowed with the pod's cpuset.
+func (a *Agent) refreshChildren(snap state.Snapshot) {
+	for _, r := range snap.Workloads {
+		if !r.Owner.Foreign() {
+			continue
 		}
-		if len(w.pids) == 0 && time.Since(w.Started) > time.Second {
-			why := "exited"
-			if w.evicting {
-				why = "evicted"
-			}
-			a.forgetLocked(w, "release", why)
-		}
+		a.store.SetChildren(r.Name, a.children(r.Cgroup))
 	}
 }
 
-// maybeEvictLocked stops the lowest-priority reclaimed workload when memory is short, one at
-// a time with a cool-down. Online workloads are never candidates.
-func (a *Agent) maybeEvictLocked(ctx context.Context, s sample) {
+// children lists a cgroup's child cgroups (none when it cannot be read).
+func (a *Agent) children(cgroup string) []string {
+	names, err := a.layout.Children(cgroup)
+	if err != nil {
+		return nil
+	}
+	cs := make([]string, 0, len(names))
+	for _, n := range names {
+		cs = append(cs, path.Join(cgroup, n))
+	}
+	return cs
+}
+
+// maybeEvictForMemory stops the lowest-priority reclaimed workload when memory is short, one
+// at a time with a cool-down. Online workloads are never candidates.
+func (a *Agent) maybeEvictForMemory(ctx context.Context, s sample) {
 	reason, short := eviction.MemoryShort(s.memory.AvailableBytes, s.pressure.SomeAvg10, eviction.Thresholds{
 		AvailableBelowBytes: a.cfg.Memory.EvictAvailableBelowBytes,
 		PressureAbove:       a.cfg.Memory.EvictPressureAbove,
 	})
-	if lent := a.writtenPlanLocked(time.Now()).ReclaimedMemory; !short && s.reclaimedMemory > lent {
+	snap := a.store.Snapshot()
+	a.mu.Lock()
+	lent := a.writtenPlanLocked(time.Now(), snap).ReclaimedMemory
+	cooling := time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown
+	a.mu.Unlock()
+	if !short && s.reclaimedMemory > lent {
 		reason, short = fmt.Sprintf("reclaimed work holds %dMiB, more than the %dMiB lent", s.reclaimedMemory>>20, lent>>20), true
 	}
-	if !short || time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown {
+	if !short || cooling || evicting(snap) {
 		return
 	}
-	for _, w := range a.workloads {
-		if w.evicting {
-			return // one at a time
-		}
-	}
-	for _, victim := range eviction.Rank(a.pluginWorkloads()) {
-		w := a.workloads[victim.Name]
-		if len(w.pids) == 0 || time.Now().Before(w.refusedUntil) {
+	now := time.Now()
+	for _, victim := range eviction.Rank(snap.Plugins()) {
+		r, _ := snap.Get(victim.Name)
+		if len(r.PIDs) == 0 || now.Before(r.RefusedUntil) {
 			continue
 		}
-		a.evictLocked(ctx, w, "memory-short", fmt.Sprintf("%s (priority %d, memory %dMiB): %s", w.Name, w.ReclaimPriority, w.MemoryUsage>>20, reason))
+		a.evict(ctx, r, "memory-short", fmt.Sprintf("%s (priority %d, memory %dMiB): %s", r.Name, r.ReclaimPriority, r.MemoryUsage>>20, reason))
 		return
 	}
 }
 
-// evictLocked stops a workload: SIGTERM to every process, SIGKILL after the grace period,
-// then the workload is forgotten. The wait runs in a goroutine Run waits for.
-func (a *Agent) evictLocked(ctx context.Context, w *workload, label, reason string) {
-	if w.KubeletOwned && w.pod == nil && a.kube.client != nil {
+// evicting says whether an eviction is under way: they go one at a time.
+func evicting(snap state.Snapshot) bool {
+	for _, r := range snap.Workloads {
+		if r.Evicting {
+			return true
+		}
+	}
+	return false
+}
+
+// evictionRetryAfter is how long a workload whose eviction was refused is passed over.
+const evictionRetryAfter = 30 * time.Second
+
+// evict stops a workload through the evictor of the source that runs it, in a goroutine Run
+// waits for. Every trigger comes here: memory, lease end, GPU reclaim.
+func (a *Agent) evict(ctx context.Context, r state.Record, label, reason string) {
+	if r.Owner.Foreign() && r.Source == "" && a.pods != nil {
 		return // restored from the checkpoint, not yet seen by the pod watch
 	}
-	w.evicting = true
+	if !a.store.SetEvicting(r.Name, true, time.Time{}) {
+		return // gone, or being evicted already
+	}
+	a.mu.Lock()
 	a.lastEvict = time.Now()
 	a.actionLocked("evict", label, reason)
-	if w.KubeletOwned && a.kube.client != nil {
-		a.evictPodLocked(ctx, w, reason)
-		return
+	a.mu.Unlock()
+	ev, ok := a.evictors[r.Source]
+	if !ok {
+		ev = a.signal
 	}
-	if _, err := a.writer.Signal(w.Cgroup, syscall.SIGTERM); err != nil {
-		a.log.Warn("SIGTERM failed", "workload", w.Name, "err", err)
-	}
-	a.background.Add(1)
-	go func() {
-		defer a.background.Done()
-		deadline := time.Now().Add(a.cfg.Eviction.GracePeriod)
-		for time.Now().Before(deadline) {
-			if pids, _ := a.layout.Procs(w.Cgroup, true); len(pids) == 0 {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				// The agent is stopping: the grace period is the workload's, not ours to
-				// cut short. The next start finds it evicting no more and decides again.
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
+	a.background.Go(func() {
+		err := ev.Evict(ctx, evict.Victim{Name: r.Name, UID: r.UID, Cgroup: r.Cgroup, Reason: reason})
+		switch {
+		case ctx.Err() != nil:
+			// The agent is stopping; the next start finds the workload and decides again.
+		case errors.Is(err, evict.ErrStuck):
+			// A process stuck in the kernel keeps the workload listed (evicting) until its
+			// cgroup is found empty, instead of leaking the cgroup.
+			a.log.Warn("evicted workload still has processes", "workload", r.Name)
+		case err != nil:
+			a.store.SetEvicting(r.Name, false, time.Now().Add(evictionRetryAfter))
+			a.log.Warn("eviction refused; the next victim is tried, this one again later", "workload", r.Name, "err", err, "retryAfter", evictionRetryAfter)
+		case r.Source == pods.Name:
+			// Accepted: the kubelet stops the pod and the watch reports it gone.
+		default:
+			a.forget(r.Name, r.UID, r.Started, "evicted")
 		}
-		if n, _ := a.writer.Signal(w.Cgroup, syscall.SIGKILL); n > 0 {
-			a.log.Info("grace period over, killed", "workload", w.Name, "processes", n)
-		}
-		for i := 0; i < 40; i++ {
-			if pids, _ := a.layout.Procs(w.Cgroup, true); len(pids) == 0 {
-				a.mu.Lock()
-				defer a.mu.Unlock()
-				if a.workloads[w.Name] == w {
-					a.forgetLocked(w, "release", "evicted")
-				}
-				return
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-		// A process stuck in the kernel keeps the workload listed (evicting) until the slow
-		// loop finds its cgroup empty, instead of leaking the cgroup.
-	}()
+	})
 }
 
 func fnv32(s string) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(s))
 	return h.Sum32()
-}
-
-func milli(d, elapsed time.Duration) int64 {
-	if elapsed <= 0 || d < 0 {
-		return 0
-	}
-	return int64(float64(d) / float64(elapsed) * 1000)
 }

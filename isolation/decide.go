@@ -41,8 +41,8 @@ type Decision struct {
 // By tier: system runs on the system pool; dedicated on its own cores (and with NUMA binding
 // the memory nodes of those cores); shared on the shared pool; reclaimed on the reclaimed
 // pool at the lowest priority, capped at what is lent (or its own smaller cap). A workload
-// tidal does not own the cgroup of (a pod: KubeletOwned) keeps the kubelet's limits unless it
-// is reclaimed, and one the kubelet's CPU manager pinned (KubeletCPUs) keeps its cpusets.
+// tidal does not own the cgroup of (a pod: a foreign Owner) keeps the kubelet's limits unless it
+// is reclaimed, and one the kubelet's CPU manager pinned (OwnerKubeletCPUManager) keeps its cpusets.
 func Decide(w plugins.Workload, n Node) Decision {
 	allMems := cpuset.New()
 	for _, np := range n.Pools {
@@ -88,7 +88,7 @@ func Decide(w plugins.Workload, n Node) Decision {
 		// (one write per change of lending); a pod sits outside it, so what is lent caps it
 		// itself. Its own cap may only be smaller (v1 refuses a child quota above its parent's).
 		s.CPUQuota, s.MemoryLimit = plugins.Unlimited, plugins.Unlimited
-		if w.KubeletOwned {
+		if w.Owner.Foreign() {
 			s.CPUQuota, s.MemoryLimit = n.LentMilliCPU, n.LentMemory
 		}
 		if w.MilliCPU > 0 {
@@ -99,11 +99,11 @@ func Decide(w plugins.Workload, n Node) Decision {
 		}
 		d.OOMScoreAdj = ReclaimedOOMScoreAdj
 	}
-	if w.KubeletOwned && w.Tier != qos.Reclaimed {
+	if w.Owner.Foreign() && w.Tier != qos.Reclaimed {
 		// An online pod's CPU limit and memory limit are the kubelet's.
 		s.CPUQuota, s.MemoryLimit = 0, 0
 	}
-	if w.KubeletCPUs {
+	if !w.Owner.OwnsCPUSets() {
 		// The kubelet's CPU manager owns this pod's cpusets (static policy).
 		s.CPUs, s.Mems = cpuset.New(), cpuset.New()
 	}
@@ -111,7 +111,7 @@ func Decide(w plugins.Workload, n Node) Decision {
 		// Reclaimed work sees only the GPUs lent to it (none: "void"), by the environment
 		// and, for cgroups tidal owns, the device cgroup (a pod's is its runtime's).
 		d.Env = pgpu.Env(w.GPUs)
-		if !w.KubeletOwned {
+		if !w.Owner.Foreign() {
 			s.Devices = pgpu.DeviceRules(n.GPUMinors, w.GPUMinors)
 		}
 	}

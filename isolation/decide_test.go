@@ -74,7 +74,7 @@ func TestDecideByTier(t *testing.T) {
 	if d := isolation.Decide(plugins.Workload{Name: "w", Tier: qos.Shared}, n).Settings.Devices; d != nil {
 		t.Errorf("online work's devices touched: %v", d)
 	}
-	if d := isolation.Decide(plugins.Workload{Name: "p", Tier: qos.Reclaimed, KubeletOwned: true}, n).Settings.Devices; d != nil {
+	if d := isolation.Decide(plugins.Workload{Name: "p", Tier: qos.Reclaimed, Owner: plugins.OwnerKubelet}, n).Settings.Devices; d != nil {
 		t.Errorf("a pod's device cgroup is its runtime's: %v", d)
 	}
 }
@@ -83,12 +83,10 @@ func TestDecideByTier(t *testing.T) {
 // pod's limits, never a cpuset the kubelet's CPU manager owns, and narrows every container.
 func TestDecideKubeletOwnedPods(t *testing.T) {
 	n := testNode(true)
-	web := plugins.Workload{Name: "ns/web", Tier: qos.Shared, Cgroup: "kubepods/burstable/podw", KubeletOwned: true,
-		Containers: []string{"kubepods/burstable/podw/c1"}}
-	batch := plugins.Workload{Name: "ns/batch", Tier: qos.Reclaimed, Cgroup: "kubepods/besteffort/podb", KubeletOwned: true,
-		Containers: []string{"kubepods/besteffort/podb/c1", "kubepods/besteffort/podb/c2"}}
-	pinned := plugins.Workload{Name: "ns/pinned", Tier: qos.Shared, Cgroup: "kubepods/podp", KubeletOwned: true,
-		DedicatedCPUs: cpuset.New(3, 7), KubeletCPUs: true, Containers: []string{"kubepods/podp/c1"}}
+	web := plugins.Workload{Name: "ns/web", Tier: qos.Shared, Cgroup: "kubepods/burstable/podw", Owner: plugins.OwnerKubelet}
+	batch := plugins.Workload{Name: "ns/batch", Tier: qos.Reclaimed, Cgroup: "kubepods/besteffort/podb", Owner: plugins.OwnerKubelet}
+	pinned := plugins.Workload{Name: "ns/pinned", Tier: qos.Shared, Cgroup: "kubepods/podp", Owner: plugins.OwnerKubeletCPUManager,
+		DedicatedCPUs: cpuset.New(3, 7)}
 	if s := isolation.Decide(web, n).Settings; s.CPUQuota != 0 || s.MemoryLimit != 0 || s.CPUs.Contains(3) {
 		t.Errorf("online pod: %+v (want quota and memory left to the kubelet)", s)
 	}
@@ -99,7 +97,11 @@ func TestDecideKubeletOwnedPods(t *testing.T) {
 		t.Errorf("a cpuset the CPU manager owns is decided: %+v", s)
 	}
 	ws := []plugins.Workload{web, batch, pinned}
-	tree := plugins.NewTree("tidal", ws)
+	tree := plugins.NewTree("tidal", ws, map[string][]string{
+		"kubepods/burstable/podw":  {"kubepods/burstable/podw/c1"},
+		"kubepods/besteffort/podb": {"kubepods/besteffort/podb/c1", "kubepods/besteffort/podb/c2"},
+		"kubepods/podp":            {"kubepods/podp/c1"},
+	})
 	for _, w := range ws {
 		*tree.Workload(w) = isolation.Decide(w, n).Settings
 	}

@@ -12,8 +12,10 @@ type Tree struct {
 	nodes []Cgroup
 	index map[string]int
 	root  string
-	// owned are the kubelet-owned workloads by cgroup path.
-	owned map[string]Workload
+	// foreign are the cgroups of workloads someone else made (pods).
+	foreign map[string]bool
+	// children are the child cgroups of foreign workloads (a pod's containers), by path.
+	children map[string][]string
 }
 
 // TierPath is the cgroup of a tier under root ("tidal/reclaimed").
@@ -25,16 +27,17 @@ func WorkloadPath(root string, tier qos.Tier, name string) string {
 }
 
 // NewTree lays out the cgroups for root, its tiers and the workloads, all settings unset.
-func NewTree(root string, workloads []Workload) *Tree {
-	t := &Tree{index: map[string]int{}, root: root, owned: map[string]Workload{}}
+// children lists the child cgroups of foreign workloads by cgroup path (nil: none known).
+func NewTree(root string, workloads []Workload, children map[string][]string) *Tree {
+	t := &Tree{index: map[string]int{}, root: root, foreign: map[string]bool{}, children: children}
 	t.add(root)
 	for _, tier := range qos.AllTiers() {
 		t.add(TierPath(root, tier))
 	}
 	for _, w := range workloads {
 		t.add(w.Cgroup)
-		if w.KubeletOwned {
-			t.owned[w.Cgroup] = w
+		if w.Owner.Foreign() {
+			t.foreign[w.Cgroup] = true
 		}
 	}
 	return t
@@ -59,18 +62,17 @@ func (t *Tree) Tier(tier qos.Tier) *Settings {
 // Workload is the settings of a workload's cgroup.
 func (t *Tree) Workload(w Workload) *Settings { return &t.nodes[t.index[w.Cgroup]].Settings }
 
-// Cgroups returns the desired cgroups, parents first. A kubelet-owned workload's containers
-// follow it with its cpuset (cgroup v1 needs each child narrowed too) and nothing else.
+// Cgroups returns the desired cgroups, parents first. A foreign workload's children follow
+// it with its cpuset (cgroup v1 needs each child narrowed too) and nothing else.
 func (t *Tree) Cgroups() []Cgroup {
 	out := make([]Cgroup, 0, len(t.nodes))
 	for _, n := range t.nodes {
 		out = append(out, n)
-		w, ok := t.owned[n.Path]
-		if !ok {
+		if !t.foreign[n.Path] {
 			continue
 		}
 		out[len(out)-1].Foreign = true
-		for _, c := range w.Containers {
+		for _, c := range t.children[n.Path] {
 			out = append(out, Cgroup{Path: c, Foreign: true, Settings: Settings{CPUs: n.Settings.CPUs, Mems: n.Settings.Mems}})
 		}
 	}

@@ -32,17 +32,37 @@ type Workload struct {
 	GPUMinors []int
 	Started   time.Time
 
-	// KubeletOwned: the cgroup is a pod's, made and removed by the kubelet. tidal never
-	// creates or removes it and writes only what its tier decides (pools, reclaimed caps);
-	// requests and limits stay the kubelet's.
-	KubeletOwned bool
-	// Containers are the pod's container cgroups (relative paths): on cgroup v1 a cpuset
-	// must be narrowed in every child too.
-	Containers []string
-	// KubeletCPUs: the kubelet's CPU manager gave DedicatedCPUs exclusively; their cpusets
-	// are the kubelet's and never written.
-	KubeletCPUs bool
+	// Owner is who made the cgroup, and so which of its settings are tidal's to write.
+	Owner Owner
+	// UID tells a workload from an earlier one of the same name (a pod's UID); empty for
+	// tidal's own workloads, whose names are unique while they run.
+	UID string
 
 	// Usage, filled from the latest sample, for eviction ranking and status.
 	MemoryUsage int64
+}
+
+// Owner is who made a workload's cgroup and owns the settings tidal leaves alone.
+type Owner uint8
+
+const (
+	// OwnerTidal: tidal made the cgroup (`tidal run`): it creates, writes and removes it.
+	OwnerTidal Owner = iota
+	// OwnerKubelet: a pod's cgroup, made and removed by the kubelet. tidal writes only what
+	// the pod's tier decides (pools, reclaimed caps); requests and limits stay the kubelet's.
+	OwnerKubelet
+	// OwnerKubeletCPUManager: a pod the kubelet's CPU manager pinned (static policy): as
+	// OwnerKubelet, and its cpusets are the kubelet's too.
+	OwnerKubeletCPUManager
+)
+
+// Foreign says the cgroup is someone else's: never created or removed by tidal.
+func (o Owner) Foreign() bool { return o != OwnerTidal }
+
+// OwnsCPUSets says tidal writes the workload's cpusets.
+func (o Owner) OwnsCPUSets() bool { return o != OwnerKubeletCPUManager }
+
+// String names the owner for status and logs.
+func (o Owner) String() string {
+	return [...]string{"tidal", "kubelet", "kubelet-cpu-manager"}[o]
 }

@@ -190,13 +190,23 @@ func (c *Client) Event(pod *corev1.Pod, eventType, reason, message string) {
 }
 
 // Evict asks the API server to evict a pod (policy/v1 Eviction), so PodDisruptionBudgets
-// hold. The UID precondition keeps a same-named successor from being evicted instead.
-func (c *Client) Evict(ctx context.Context, pod *corev1.Pod) error {
+// hold, with grace as its termination grace period. The UID precondition keeps a
+// same-named successor from being evicted instead.
+func (c *Client) Evict(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
 	uid := pod.UID
+	seconds := int64(grace.Round(time.Second) / time.Second)
 	return c.cs.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, GracePeriodSeconds: &seconds},
 	})
+}
+
+// Clip shortens a message for an Event or a condition.
+func Clip(s string) string {
+	if len(s) > 512 {
+		return s[:512] + "..."
+	}
+	return s
 }
 
 // NodeReport is what the node lends and whether the agent can do its job.

@@ -97,3 +97,15 @@ func QOSClass(pod *corev1.Pod) corev1.PodQOSClass {
 func Finished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
+
+// RequestMilli is a pod's request of a resource in thousandths (millicores for CPU).
+func RequestMilli(pod *corev1.Pod, name corev1.ResourceName) int64 {
+	q := Request(pod, name)
+	return q.MilliValue()
+}
+
+// RequestValue is a pod's request of a resource in its own units (bytes, millicpu counts).
+func RequestValue(pod *corev1.Pod, name corev1.ResourceName) int64 {
+	q := Request(pod, name)
+	return q.Value()
+}

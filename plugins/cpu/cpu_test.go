@@ -78,7 +78,7 @@ func TestAllocateWholeCores(t *testing.T) {
 func TestFillSettings(t *testing.T) {
 	topo := twoNodes()
 	pools := ComputePools(topo, cpuset.New(), cpuset.New(3, 7), map[int]int64{0: 1000, 1: 1000})
-	tree := plugins.NewTree("tidal", nil)
+	tree := plugins.NewTree("tidal", nil, nil)
 	Fill(tree, topo.AllCPUs(), pools, 2000, true)
 	if r := *tree.Tier(qos.Reclaimed); r.CPUQuota != 2000 || r.CPUIdle != plugins.On || !r.CPUs.Equals(pools.Reclaimed()) {
 		t.Errorf("reclaimed tier %+v", r)
@@ -90,7 +90,7 @@ func TestFillSettings(t *testing.T) {
 		t.Errorf("dedicated tier cpus %s, want every CPU (its children own disjoint cores)", d.CPUs)
 	}
 	// Without cpu.idle: shares 2.
-	tree = plugins.NewTree("tidal", nil)
+	tree = plugins.NewTree("tidal", nil, nil)
 	Fill(tree, topo.AllCPUs(), pools, 2000, false)
 	if r := *tree.Tier(qos.Reclaimed); r.CPUShares != SharesReclaimed || r.CPUIdle != plugins.Unset {
 		t.Errorf("reclaimed tier without idle %+v", r)

@@ -71,7 +71,7 @@ func (n *benchNode) tree(lentMilli int64) []plugins.Cgroup {
 		perNode[nn.ID] = lentMilli / int64(len(n.topo.NUMANodes))
 	}
 	pools := cpu.ComputePools(n.topo, cpuset.New(), cpuset.New(), perNode)
-	t := plugins.NewTree(n.root, n.workloads)
+	t := plugins.NewTree(n.root, n.workloads, nil)
 	cpu.Fill(t, n.topo.AllCPUs(), pools, lentMilli, n.idle)
 	memory.Fill(t, 4<<30)
 	node := isolation.Node{Pools: pools, LentMilliCPU: lentMilli, LentMemory: 4 << 30, Idle: n.idle}

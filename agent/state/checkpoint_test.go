@@ -1,4 +1,4 @@
-package agent
+package state
 
 import (
 	"os"
@@ -47,37 +47,5 @@ func TestCheckpointRoundTripAndCorruption(t *testing.T) {
 	}
 	if got, err := loadCheckpoint(t.TempDir()); err != nil || got != nil {
 		t.Errorf("missing checkpoint = %v, %v; want empty", got, err)
-	}
-}
-
-func TestParentOf(t *testing.T) {
-	if got := parentOf("/proc", os.Getpid()); got != os.Getppid() {
-		t.Errorf("parentOf(self) = %d, want %d", got, os.Getppid())
-	}
-	dir := t.TempDir()
-	_ = os.MkdirAll(filepath.Join(dir, "42"), 0o755)
-	_ = os.WriteFile(filepath.Join(dir, "42", "stat"), []byte("42 (a b) c) S 7 42 42 0"), 0o644)
-	if got := parentOf(dir, 42); got != 7 {
-		t.Errorf("comm with spaces and parens: parent = %d, want 7", got)
-	}
-}
-
-func TestFastWindowRate(t *testing.T) {
-	f := newFastWindow(30 * time.Millisecond)
-	t0 := time.Unix(0, 0)
-	if _, ok := f.add(t0, 0); ok {
-		t.Fatal("rate before the window is covered")
-	}
-	var rate int64
-	var ok bool
-	for i := 1; i <= 6; i++ {
-		// 1.5 cores: 15ms of CPU every 10ms.
-		rate, ok = f.add(t0.Add(time.Duration(i)*10*time.Millisecond), time.Duration(i)*15*time.Millisecond)
-	}
-	if !ok || rate != 1500 {
-		t.Fatalf("rate = %d (%v), want 1500", rate, ok)
-	}
-	if len(f.t) > 5 {
-		t.Errorf("window keeps %d points, want only those covering 30ms", len(f.t))
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package hooks
 
 import "testing"
 
@@ -9,7 +9,7 @@ func TestCgroupOfParent(t *testing.T) {
 		"kubepods-pod12_34.slice":              "kubepods.slice/kubepods-pod12_34.slice",
 		"/tidal-test-ab/kubepods/burstable/p1": "tidal-test-ab/kubepods/burstable/p1",
 	} {
-		if got := cgroupOfParent(parent); got != want {
+		if got := CgroupOfParent(parent); got != want {
 			t.Errorf("cgroupOfParent(%q) = %q, want %q", parent, got, want)
 		}
 	}

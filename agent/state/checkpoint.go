@@ -1,6 +1,7 @@
-package agent
+package state
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"k8s.io/utils/cpuset"
@@ -33,8 +35,24 @@ type checkpointWorkload struct {
 	Started         time.Time `json:"started"`
 	GPUs            []string  `json:"gpus,omitempty"`
 	Queue           string    `json:"queue,omitempty"`
-	KubeletOwned    bool      `json:"kubeletOwned,omitempty"`
-	KubeletCPUs     bool      `json:"kubeletCPUs,omitempty"`
+	// The owner as two flags, as the file has always had it (an older agent reads it).
+	KubeletOwned bool   `json:"kubeletOwned,omitempty"`
+	KubeletCPUs  bool   `json:"kubeletCPUs,omitempty"`
+	UID          string `json:"uid,omitempty"`
+}
+
+func ownerFlags(o plugins.Owner) (kubeletOwned, kubeletCPUs bool) {
+	return o != plugins.OwnerTidal, o == plugins.OwnerKubeletCPUManager
+}
+
+func ownerOf(kubeletOwned, kubeletCPUs bool) plugins.Owner {
+	switch {
+	case kubeletCPUs:
+		return plugins.OwnerKubeletCPUManager
+	case kubeletOwned:
+		return plugins.OwnerKubelet
+	}
+	return plugins.OwnerTidal
 }
 
 type checkpointFile struct {
@@ -59,11 +77,12 @@ func saveCheckpoint(dir string, ws []plugins.Workload) error {
 	}
 	f := checkpointFile{Version: 1, Workloads: []checkpointWorkload{}}
 	for _, w := range ws {
+		owned, pinned := ownerFlags(w.Owner)
 		f.Workloads = append(f.Workloads, checkpointWorkload{
 			Name: w.Name, Tier: w.Tier, Cgroup: w.Cgroup, DedicatedCPUs: w.DedicatedCPUs.String(),
 			NUMABinding: w.NUMABinding, MilliCPU: w.MilliCPU, MemoryLimit: w.MemoryLimit,
 			ReclaimPriority: w.ReclaimPriority, Started: w.Started, GPUs: w.GPUs, Queue: w.Queue,
-			KubeletOwned: w.KubeletOwned, KubeletCPUs: w.KubeletCPUs,
+			KubeletOwned: owned, KubeletCPUs: pinned, UID: w.UID,
 		})
 	}
 	sum, err := checksum(f.Workloads)
@@ -89,6 +108,9 @@ func saveCheckpoint(dir string, ws []plugins.Workload) error {
 	}
 	return os.Rename(tmp.Name(), filepath.Join(dir, checkpointName))
 }
+
+// LoadCheckpoint reads the workloads saved in dir; a missing file is an empty state.
+func LoadCheckpoint(dir string) ([]plugins.Workload, error) { return loadCheckpoint(dir) }
 
 // loadCheckpoint reads the workloads; a missing file is an empty state.
 func loadCheckpoint(dir string) ([]plugins.Workload, error) {
@@ -119,8 +141,84 @@ func loadCheckpoint(dir string) ([]plugins.Workload, error) {
 		out = append(out, plugins.Workload{
 			Name: c.Name, Tier: c.Tier, Cgroup: c.Cgroup, DedicatedCPUs: cpus, NUMABinding: c.NUMABinding,
 			MilliCPU: c.MilliCPU, MemoryLimit: c.MemoryLimit, ReclaimPriority: c.ReclaimPriority, Started: c.Started,
-			GPUs: c.GPUs, Queue: c.Queue, KubeletOwned: c.KubeletOwned, KubeletCPUs: c.KubeletCPUs,
+			GPUs: c.GPUs, Queue: c.Queue, Owner: ownerOf(c.KubeletOwned, c.KubeletCPUs), UID: c.UID,
 		})
 	}
 	return out, nil
+}
+
+// checkpointer writes the newest state to the checkpoint file. Store hands it each new
+// generation under the store's lock (a cheap copy); the file is written and fsynced
+// outside that lock, by Run's goroutine or by a caller of Save that needs it durable now.
+// Writes coalesce: a burst of pod events costs one write.
+type checkpointer struct {
+	dir string
+
+	mu      sync.Mutex
+	pending []plugins.Workload
+	wantGen uint64
+	doneGen uint64
+	lastErr error
+	wake    chan struct{}
+
+	// writing serializes the file writes themselves (Run's goroutine and Save).
+	writing sync.Mutex
+}
+
+func newCheckpointer(dir string) *checkpointer {
+	return &checkpointer{dir: dir, wake: make(chan struct{}, 1)}
+}
+
+func (c *checkpointer) want(gen uint64, ws []plugins.Workload) {
+	c.mu.Lock()
+	c.pending, c.wantGen = ws, gen
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// save writes the newest wanted state unless it is written already.
+func (c *checkpointer) save() error {
+	c.writing.Lock()
+	defer c.writing.Unlock()
+	c.mu.Lock()
+	gen, ws := c.wantGen, c.pending
+	if gen == c.doneGen {
+		err := c.lastErr
+		c.mu.Unlock()
+		return err
+	}
+	c.mu.Unlock()
+	err := saveCheckpoint(c.dir, ws)
+	c.mu.Lock()
+	c.doneGen, c.lastErr = gen, err
+	c.mu.Unlock()
+	return err
+}
+
+// Save writes the state to the checkpoint now, in the caller's goroutine, unless it is
+// written already: for a change the caller must not acknowledge before it is durable.
+// Never call it with the store's lock held.
+func (s *Store) Save() error { return s.saved.save() }
+
+// RunCheckpoints writes every new state to the checkpoint until ctx is done, then once more
+// so nothing is lost on a clean stop. Failures are passed to onError (the state folder full
+// or read-only): the agent goes on, and the next change tries again.
+func (s *Store) RunCheckpoints(ctx context.Context, onError func(error)) {
+	report := func(err error) {
+		if err != nil {
+			onError(err)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			report(s.saved.save())
+			return
+		case <-s.saved.wake:
+			report(s.saved.save())
+		}
+	}
 }

@@ -1,0 +1,85 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/agent/source"
+	"github.com/tidalqos/tidal/agent/state"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
+)
+
+// MinMemoryLimit is the least memory limit written for a reclaimed pod's own request: 0
+// would leave the limit as it is.
+const MinMemoryLimit = 4 << 20
+
+// PodInfo is what a source knows of a pod, whichever way it learned it (the pod watch, or a
+// runtime hook's sandbox config).
+type PodInfo struct {
+	Meta    qos.Metadata // Name is "namespace/name"
+	UID     string
+	Created time.Time
+	Cgroup  string
+	// MilliCPU is the pod's CPU request: a dedicated pod gets it in whole cores.
+	MilliCPU int64
+	// ReclaimedMilliCPU and ReclaimedMemory are what a reclaimed pod asked of the lent
+	// resources: they cap it under what the node lends.
+	ReclaimedMilliCPU int64
+	ReclaimedMemory   int64
+	// Pinned are the cores the kubelet's CPU manager gave it exclusively (nil: none).
+	Pinned *cpuset.CPUSet
+	// Terminating: its owner is stopping it (deletion requested).
+	Terminating bool
+}
+
+// PutPod makes (or updates) the workload of a pod: classified by the same qos function as
+// every source, dedicated cores allocated by the node state (a dedicated pod that cannot get
+// them runs as shared). It returns the record and the problems with the pod's metadata, for
+// the source to report.
+func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (state.Record, []error) {
+	d := qos.Classify(p.Meta, policy)
+	problems := d.Problems
+	spec := state.Spec{Source: sourceName, Origin: string(d.Source), Terminating: p.Terminating, Workload: plugins.Workload{
+		Name: p.Meta.Name, UID: p.UID, Tier: d.Tier, Cgroup: p.Cgroup, Owner: plugins.OwnerKubelet,
+		NUMABinding: d.NUMABinding, ReclaimPriority: d.ReclaimPriority, Started: p.Created,
+	}}
+	if p.Pinned != nil {
+		// The kubelet's CPU manager pinned this pod: its cores are taken whatever its tier,
+		// and its cpusets are the kubelet's.
+		spec.DedicatedCPUs, spec.Owner = *p.Pinned, plugins.OwnerKubeletCPUManager
+	}
+	switch d.Tier {
+	case qos.Dedicated:
+		if p.Pinned == nil {
+			spec.WholeCores = int((p.MilliCPU + 999) / 1000)
+			if spec.WholeCores == 0 {
+				problems = append(problems, dedicatedProblem("the dedicated tier needs a CPU request (whole cores of its own); running as shared"))
+				spec.Tier, spec.NUMABinding = qos.Shared, false
+			}
+		}
+	case qos.Reclaimed:
+		spec.MilliCPU = p.ReclaimedMilliCPU
+		if p.ReclaimedMemory > 0 {
+			spec.MemoryLimit = max(p.ReclaimedMemory, MinMemoryLimit)
+		}
+	}
+	rec, err := node.Put(spec)
+	var cannot *state.AllocationError
+	if errors.As(err, &cannot) && spec.Tier == qos.Dedicated {
+		problems = append(problems, dedicatedProblem(fmt.Sprintf("cannot give %d whole cores: %v; running as shared", spec.WholeCores, cannot.Err)))
+		spec.Tier, spec.NUMABinding, spec.WholeCores = qos.Shared, false, 0
+		rec, err = node.Put(spec)
+	}
+	if err != nil {
+		problems = append(problems, err)
+	}
+	return rec, problems
+}
+
+func dedicatedProblem(reason string) error {
+	return &qos.Problem{Key: qos.AnnotationQoSLevel, Value: string(qos.Dedicated), Source: qos.SourceAnnotation, Kind: qos.ErrIgnored, Reason: reason}
+}

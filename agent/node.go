@@ -1,0 +1,398 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/agent/kube"
+	"github.com/tidalqos/tidal/agent/source"
+	"github.com/tidalqos/tidal/agent/source/hooks"
+	"github.com/tidalqos/tidal/agent/source/pods"
+	"github.com/tidalqos/tidal/agent/source/standalone"
+	"github.com/tidalqos/tidal/agent/state"
+	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/isolation/cri"
+	"github.com/tidalqos/tidal/isolation/nri"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/plugins/cpu"
+	"github.com/tidalqos/tidal/plugins/memory"
+	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/sysadvisor/advisor"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+// newSources makes the workload sources the config asks for: standalone always (the local
+// API), the pod watch in kubernetes mode, the runtime hooks when configured.
+func (a *Agent) newSources() error {
+	node := nodeState{a}
+	a.standalone = standalone.New(standalone.Options{
+		Node: node, Root: a.cfg.Cgroup.Root, CPUs: a.topo.AllCPUs().Size(), Cgroups: standaloneCgroups{a.writer, a.layout},
+		OOMScoreAdj: func(w plugins.Workload) int { return a.decide(w).OOMScoreAdj },
+		ProcDir:     a.procDir, Interval: a.cfg.Loops.SlowInterval, Log: a.log,
+	})
+	a.sources = append(a.sources, a.standalone)
+	if a.cfg.Mode == config.ModeKubernetes {
+		rc, err := kube.RESTConfig(a.cfg.Kubernetes.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		client, err := kube.NewClient(rc, a.cfg.NodeName, a.cfg.Kubernetes.TierPolicy, a.log)
+		if err != nil {
+			return err
+		}
+		a.pods = pods.New(pods.Options{
+			Node: node, Client: client, CgroupDriver: a.cfg.Kubernetes.CgroupDriver, CgroupRoot: a.cfg.Kubernetes.CgroupRoot,
+			CPUManagerStateFile: a.cfg.Kubernetes.CPUManagerStateFile, Exists: a.layout.Exists, Report: a.nodeReport,
+			Damper:   kube.Damper{MinChange: a.cfg.Kubernetes.PublishMinChange, MaxAge: a.cfg.Kubernetes.PublishMaxAge},
+			Interval: a.cfg.Loops.SlowInterval, Grace: a.cfg.Eviction.GracePeriod, Log: a.log,
+		})
+		a.sources = append(a.sources, a.pods)
+		a.evictors[pods.Name] = a.pods.Evictor()
+	}
+	if a.cfg.Hooks.CRIProxy || a.cfg.Hooks.NRI {
+		v2 := a.layout.Version == cgroupfs.V2
+		o := hooks.Options{
+			Node: node, Decide: a.decide, Reconcile: a.reconcile, Exists: a.layout.Exists,
+			Pinned:       a.hookPinned(),
+			PoolsChanged: a.poolsChanged, Interval: a.cfg.Loops.SlowInterval, Log: a.log,
+		}
+		if a.pods != nil {
+			o.Policy = a.pods.Policy
+		}
+		if a.cfg.Hooks.CRIProxy {
+			o.CRI = &cri.Options{Socket: a.cfg.Hooks.CRISocket, RuntimeSocket: a.cfg.Hooks.RuntimeSocket,
+				Timeout: a.cfg.Hooks.Timeout, CgroupV2: v2, Observer: a.metrics, Log: a.log}
+		}
+		if a.cfg.Hooks.NRI {
+			o.NRI = &nri.Options{Socket: a.cfg.Hooks.NRISocket, Timeout: a.cfg.Hooks.Timeout, CgroupV2: v2, Observer: a.metrics, Log: a.log}
+		}
+		a.sources = append(a.sources, hooks.New(o))
+	}
+	return nil
+}
+
+// hookPinned is where the hooks learn which pods the kubelet's CPU manager pinned: the pod
+// source's view, or without Kubernetes the state file read when asked.
+func (a *Agent) hookPinned() func(string) (cpuset.CPUSet, bool) {
+	if a.pods != nil {
+		return a.pods.Pinned
+	}
+	return func(uid string) (cpuset.CPUSet, bool) {
+		all, err := kube.ExclusiveCPUs(a.cfg.Kubernetes.CPUManagerStateFile)
+		if err != nil {
+			return cpuset.New(), false
+		}
+		c, ok := all[types.UID(uid)]
+		return c, ok
+	}
+}
+
+func (a *Agent) sourceNames() []string {
+	var out []string
+	for _, s := range a.sources {
+		out = append(out, s.Name())
+	}
+	return out
+}
+
+// standaloneCgroups is what the standalone source does to cgroups itself.
+type standaloneCgroups struct {
+	writer *isolation.Writer
+	layout *cgroupfs.Layout
+}
+
+func (c standaloneCgroups) Attach(cgroup string, pid int) error { return c.writer.Attach(cgroup, pid) }
+func (c standaloneCgroups) SetOOMScoreAdj(pid, score int) error {
+	return c.writer.SetOOMScoreAdj(pid, score)
+}
+func (c standaloneCgroups) Procs(cgroup string) ([]int, error) { return c.layout.Procs(cgroup, true) }
+
+// nodeState is the node state as the sources see it (source.Node): each change is written
+// to the cgroups, recorded as an action and checkpointed.
+type nodeState struct{ a *Agent }
+
+var _ source.Node = nodeState{}
+
+func (n nodeState) Snapshot() state.Snapshot { return n.a.store.Snapshot() }
+func (n nodeState) Save() error              { return n.a.store.Save() }
+
+// Add registers a workload and writes its cgroup with its settings before returning, so its
+// first process joins a confined cgroup; when that write fails, nothing is kept.
+func (n nodeState) Add(spec state.Spec) (state.Record, error) {
+	a := n.a
+	r, err := a.store.Add(spec)
+	if err != nil {
+		return state.Record{}, err
+	}
+	if err := a.reconcile(); err != nil {
+		a.store.Remove(r.Name)
+		if !r.Owner.Foreign() {
+			_ = a.writer.Remove(r.Cgroup)
+		}
+		_ = a.reconcile()
+		return state.Record{}, fmt.Errorf("set up cgroup %s: %w", r.Cgroup, err)
+	}
+	a.action("admit", spec.Source, fmt.Sprintf("%s as %s (%s)%s", r.Name, r.Tier, spec.Origin, describeCPUs(r.Workload)))
+	return r, nil
+}
+
+// Put adds or updates a workload. A failed cgroup write is retried by the slow loop (a pod's
+// cgroup may not exist yet).
+func (n nodeState) Put(spec state.Spec) (state.Record, error) {
+	a := n.a
+	old, had := a.store.Snapshot().Get(spec.Name)
+	if spec.Owner.Foreign() && spec.Children == nil && !had {
+		// A new pod: its containers get the pod's cpuset from the first write on. Later the
+		// slow loop lists them, after its sources refreshed what decides them.
+		spec.Children = a.children(spec.Cgroup)
+	}
+	r, err := a.store.Put(spec)
+	if err != nil {
+		return state.Record{}, err
+	}
+	switch {
+	case !had || old.UID != r.UID:
+		a.action("admit", spec.Source, fmt.Sprintf("%s as %s (%s)%s", r.Name, r.Tier, spec.Origin, describeCPUs(r.Workload)))
+	case old.Tier != r.Tier || !old.DedicatedCPUs.Equals(r.DedicatedCPUs):
+		a.action("admit", spec.Source, fmt.Sprintf("%s now %s (was %s)%s", r.Name, r.Tier, old.Tier, describeCPUs(r.Workload)))
+	}
+	if err := a.reconcile(); err != nil {
+		a.log.Error("cgroup settings failed", "err", err)
+	}
+	return r, nil
+}
+
+// Remove forgets a workload; what it held goes back to the pools.
+func (n nodeState) Remove(name, why string) { n.a.forget(name, "", time.Time{}, why) }
+
+// forget drops a workload (only if it is still the one with uid and started, when those are
+// given) and its cgroup if tidal made it.
+func (a *Agent) forget(name, uid string, started time.Time, why string) {
+	var r state.Record
+	var ok bool
+	if started.IsZero() {
+		r, ok = a.store.Remove(name)
+	} else {
+		r, ok = a.store.RemoveIf(name, uid, started)
+	}
+	if !ok {
+		return
+	}
+	if r.Owner.Foreign() {
+		// The kubelet removes a pod's cgroup; tidal only stops tracking it.
+		a.writer.ForgetPath(r.Cgroup)
+	} else if err := a.writer.Remove(r.Cgroup); err != nil {
+		a.log.Warn("cannot remove workload cgroup", "cgroup", r.Cgroup, "err", err)
+	}
+	a.action("release", why, fmt.Sprintf("%s (%s): %s", r.Name, r.Tier, why))
+	if err := a.reconcile(); err != nil {
+		a.log.Error("cgroup settings failed", "err", err)
+	}
+}
+
+func describeCPUs(w plugins.Workload) string {
+	if w.DedicatedCPUs.IsEmpty() {
+		return ""
+	}
+	return " on CPUs " + w.DedicatedCPUs.String()
+}
+
+// reconcile brings the cgroup tree to the settings the registry and the plan call for. The
+// registry is read as one snapshot; the writes happen under no lock but the writer's own.
+// When writes fail, lending drops to its minimum and the published capacity to zero until
+// they succeed again.
+func (a *Agent) reconcile() error {
+	a.reconciling.Lock()
+	defer a.reconciling.Unlock()
+	snap := a.store.Snapshot()
+	a.mu.Lock()
+	plan := a.writtenPlanLocked(time.Now(), snap)
+	old := a.pools
+	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, plan.ReclaimedMilliCPU)
+	node := a.nodeLocked(plan)
+	generation := a.planGeneration
+	a.mu.Unlock()
+	if !samePoolCPUs(old, node.Pools) {
+		// Runtime hooks hold their own copy of containers' cpusets: tell them.
+		select {
+		case a.poolsChanged <- struct{}{}:
+		default:
+		}
+	}
+	err := a.writer.Apply(a.desired(snap, node, plan).Cgroups())
+
+	a.mu.Lock()
+	if err != nil {
+		// Every failing pass, not only the first: the slow loop must not grow lending back
+		// while writes keep failing.
+		for _, c := range a.advisor.Reset("cgroup writes failing") {
+			a.actionLocked("shrink", "cgroup-error", c.Reason)
+		}
+	}
+	a.applyErr = err
+	shrunk := a.planGeneration != generation
+	a.mu.Unlock()
+	if shrunk {
+		// The fast path shrank lending while this pass wrote the older, larger limits.
+		a.writeReclaimedLimits()
+	}
+	a.publish(snap)
+	return err
+}
+
+// desired is the cgroup tree the registry and the plan call for: pure computation, no I/O.
+func (a *Agent) desired(snap state.Snapshot, node isolation.Node, plan advisor.Plan) *plugins.Tree {
+	ws := snap.Plugins()
+	children := map[string][]string{}
+	for _, r := range snap.Workloads {
+		if r.Owner.Foreign() && len(r.Children) > 0 {
+			children[r.Cgroup] = r.Children
+		}
+	}
+	tree := plugins.NewTree(a.cfg.Cgroup.Root, ws, children)
+	cpu.Fill(tree, a.topo.AllCPUs(), node.Pools, plan.TotalMilliCPU(), a.idle)
+	memory.Fill(tree, plan.ReclaimedMemory)
+	for _, w := range ws {
+		*tree.Workload(w) = a.decideOn(w, node).Settings
+	}
+	return tree
+}
+
+// decide is the one decision function for a workload on the node as it is now: the
+// reconcile pass, the CRI proxy and the NRI plugin all come here.
+func (a *Agent) decide(w plugins.Workload) isolation.Decision {
+	snap := a.store.Snapshot()
+	a.mu.Lock()
+	node := a.nodeLocked(a.writtenPlanLocked(time.Now(), snap))
+	a.mu.Unlock()
+	return a.decideOn(w, node)
+}
+
+func (a *Agent) decideOn(w plugins.Workload, node isolation.Node) isolation.Decision {
+	if len(w.GPUs) > 0 {
+		_, w.GPUMinors = a.gpus().Visibility(w.Name)
+	}
+	return isolation.Decide(w, node)
+}
+
+func (a *Agent) gpus() interface {
+	Visibility(string) (map[string]string, []int)
+	Minors() []int
+} {
+	return a.store.Allocator().GPUs()
+}
+
+// nodeLocked is what the decision function needs to know of the node under plan.
+func (a *Agent) nodeLocked(plan advisor.Plan) isolation.Node {
+	return isolation.Node{Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
+		GPUMinors: a.gpus().Minors()}
+}
+
+// minWrittenMemory is the least memory limit the reclaimed tier gets: 0 would mean "leave
+// the limit as it is", and a few MiB keeps the kernel's own allocations possible.
+const minWrittenMemory = standalone.MinMemory
+
+// writtenPlanLocked is what the cgroups get: the plan capped by the lease, but never under
+// the minimum on any NUMA node, so the reclaimed pool always has a CPU and a limit that are
+// written (an empty pool or a zero limit would leave stale, wider settings in place).
+func (a *Agent) writtenPlanLocked(now time.Time, snap state.Snapshot) advisor.Plan {
+	plan := a.leaseCapLocked(a.advisor.Plan(), now)
+	for _, np := range cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, nil) {
+		floor := min(a.cfg.CPU.MinReclaimedMilliCPU, int64(np.Shared.Size())*1000)
+		plan.ReclaimedMilliCPU[np.Node] = max(plan.ReclaimedMilliCPU[np.Node], floor)
+	}
+	plan.ReclaimedMemory = max(plan.ReclaimedMemory, a.cfg.Memory.MinReclaimedBytes, minWrittenMemory)
+	return plan
+}
+
+// samePoolCPUs reports whether two pool layouts put the same CPUs in every pool.
+func samePoolCPUs(x, y cpu.Pools) bool {
+	return x.System().Equals(y.System()) && x.Dedicated().Equals(y.Dedicated()) &&
+		x.Shared().Equals(y.Shared()) && x.Reclaimed().Equals(y.Reclaimed())
+}
+
+// restore rebuilds the registry after a start or restart from the checkpoint and the cgroups
+// on disk: a workload is kept only while its cgroup has processes; a populated cgroup missing
+// from the checkpoint is adopted (tier from its path, cores from its cpuset); empty ones go.
+// A pod's workload is kept while its cgroup is there, so its cores do not move; its source
+// confirms or drops it once it has synced. Online workloads keep their cores: nothing moves.
+func (a *Agent) restore() error {
+	saved, err := state.LoadCheckpoint(a.cfg.StateDir)
+	if err != nil {
+		a.log.Warn("ignoring checkpoint; rebuilding from cgroups on disk", "err", err)
+	}
+	podSources := a.pods != nil || a.cfg.Hooks.CRIProxy || a.cfg.Hooks.NRI
+	byPath := map[string]plugins.Workload{}
+	var keep []state.Record
+	for _, w := range saved {
+		byPath[w.Cgroup] = w
+		if w.Owner.Foreign() && podSources && a.layout.Exists(w.Cgroup) {
+			pids, _ := a.layout.Procs(w.Cgroup, true)
+			keep = append(keep, state.Record{Workload: w, PIDs: pids})
+		}
+	}
+	for _, tier := range qos.AllTiers() {
+		tierPath := plugins.TierPath(a.cfg.Cgroup.Root, tier)
+		names, err := a.layout.Children(tierPath)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("read cgroup %s: %w", tierPath, err)
+		}
+		for _, name := range names {
+			p := path.Join(tierPath, name)
+			pids, err := a.layout.Procs(p, true)
+			if err == nil && len(pids) == 0 {
+				if err := a.writer.Remove(p); err != nil {
+					a.log.Warn("cannot remove empty workload cgroup", "cgroup", p, "err", err)
+				}
+				continue
+			}
+			w, ok := byPath[p]
+			if !ok {
+				w = plugins.Workload{Name: name, Tier: tier, Cgroup: p, Started: time.Now(), DedicatedCPUs: cpuset.New()}
+				if tier == qos.Dedicated {
+					text, _ := a.layout.CPUs(p)
+					w.DedicatedCPUs, _ = cpuset.Parse(text)
+				}
+				a.log.Warn("adopting a workload missing from the checkpoint", "cgroup", p, "pids", pids)
+			}
+			keep = append(keep, state.Record{Workload: w, Source: standalone.Name, PIDs: pids})
+		}
+	}
+	a.store.Adopt(keep)
+	if len(keep) > 0 {
+		a.log.Info("restored workloads", "count", len(keep))
+	}
+	return nil
+}
+
+// Teardown removes tidal's cgroup tree (workloads, tiers, root) once no process is left in it.
+// The demo and tests call it after stopping the agent; a production agent leaves its tree.
+func (a *Agent) Teardown() error {
+	var errs []error
+	for _, r := range a.store.Snapshot().Workloads {
+		a.store.Remove(r.Name)
+		if !r.Owner.Foreign() {
+			errs = append(errs, a.writer.Remove(r.Cgroup))
+		}
+	}
+	for _, tier := range qos.AllTiers() {
+		tierPath := plugins.TierPath(a.cfg.Cgroup.Root, tier)
+		names, _ := a.layout.Children(tierPath)
+		for _, n := range names {
+			errs = append(errs, a.writer.Remove(path.Join(tierPath, n)))
+		}
+		errs = append(errs, a.writer.Remove(tierPath))
+	}
+	errs = append(errs, a.writer.Remove(a.cfg.Cgroup.Root))
+	return errors.Join(errs...)
+}

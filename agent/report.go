@@ -1,0 +1,137 @@
+package agent
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tidalqos/tidal/agent/kube"
+	"github.com/tidalqos/tidal/agent/state"
+	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/reporter"
+)
+
+// Node condition reasons when the agent cannot vouch for lending.
+const (
+	notReadyMetricsStale = "MetricsStale"
+	notReadyCgroupWrites = "CgroupWritesFailing"
+)
+
+// publish updates the metrics from the current state.
+func (a *Agent) publish(snap state.Snapshot) {
+	gpus := a.gpuStatus()
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	plan := a.writtenPlanLocked(now, snap)
+	for _, np := range a.pools {
+		a.metrics.SetPool(np.Node, map[string]int{
+			string(qos.System): np.System.Size(), string(qos.Dedicated): np.Dedicated.Size(),
+			string(qos.Shared): np.Shared.Size(), string(qos.Reclaimed): np.Reclaimed.Size(),
+		}, plan.ReclaimedMilliCPU[np.Node])
+	}
+	a.metrics.SetLendable(a.lendableLocked(now))
+	a.metrics.SetGPUs(gpus)
+	byTier := map[string]int{}
+	for _, t := range qos.AllTiers() {
+		byTier[string(t)] = 0
+	}
+	for _, r := range snap.Workloads {
+		byTier[string(r.Tier)]++
+	}
+	a.metrics.SetWorkloads(byTier)
+	a.metrics.SetMetricsFresh(a.advisor.Primed())
+}
+
+// lendableLocked is what the node can vouch for lending: nothing while metrics are stale or
+// cgroup writes fail.
+func (a *Agent) lendableLocked(now time.Time) reporter.Lendable {
+	if !a.advisor.Primed() || a.applyErr != nil {
+		return reporter.Lendable{}
+	}
+	plan := a.leaseCapLocked(a.advisor.Plan(), now)
+	return reporter.Lendable{MilliCPU: plan.TotalMilliCPU(), MemoryBytes: plan.ReclaimedMemory, GPUs: a.store.Allocator().GPUs().Lendable()}
+}
+
+// action records a decision for status, metrics and the log.
+func (a *Agent) action(kind, label, reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.actionLocked(kind, label, reason)
+}
+
+func (a *Agent) actionLocked(kind, label, reason string) {
+	act := reporter.Action{Time: time.Now(), Kind: kind, Reason: reason}
+	a.actions = append(a.actions, act)
+	if over := len(a.actions) - a.cfg.Status.ActionHistory; over > 0 {
+		a.actions = append(a.actions[:0], a.actions[over:]...)
+	}
+	a.metrics.Action(kind, label)
+	a.log.Info("action", "kind", kind, "reason", reason)
+}
+
+// nodeReport is what the Node object should say now (the pod source adds what it knows of
+// the kubelet).
+func (a *Agent) nodeReport() kube.NodeReport {
+	snap := a.store.Snapshot()
+	gpus := a.gpuStatus()
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := kube.NodeReport{Ready: true, Topology: a.topologyViewLocked(now, snap, gpus)}
+	switch {
+	case a.applyErr != nil:
+		r.Ready, r.Reason, r.Message = false, notReadyCgroupWrites, "cgroup writes failing: "+kube.Clip(a.applyErr.Error())
+	case !a.advisor.Primed():
+		r.Ready, r.Reason, r.Message = false, notReadyMetricsStale, "node metrics are not fresh; lending nothing until they are"
+	}
+	if r.Ready {
+		l := a.lendableLocked(now)
+		r.MilliCPU, r.MemoryBytes, r.GPUs = l.MilliCPU, l.MemoryBytes, int64(l.GPUs)
+		if a.lease != nil {
+			for _, g := range a.lease.active(now) {
+				if g.Queue != "" && !slices.Contains(r.Queues, g.Queue) {
+					r.Queues = append(r.Queues, g.Queue)
+				}
+			}
+			slices.Sort(r.Queues)
+		}
+	}
+	return r
+}
+
+// numaView is one NUMA node in the tidalqos.io/topology annotation.
+type numaView struct {
+	Node              int    `json:"node"`
+	CPUs              string `json:"cpus"`
+	System            string `json:"system"`
+	Dedicated         string `json:"dedicated"`
+	Shared            string `json:"shared"`
+	Reclaimed         string `json:"reclaimed"`
+	ReclaimedMilliCPU int64  `json:"reclaimedMilliCPU"`
+}
+
+type topologyView struct {
+	NUMA []numaView `json:"numa"`
+	GPUs []gpuView  `json:"gpus,omitempty"`
+}
+
+type gpuView struct {
+	UUID     string `json:"uuid"`
+	NUMA     int    `json:"numa"`
+	Lendable bool   `json:"lendable"`
+}
+
+func (a *Agent) topologyViewLocked(now time.Time, snap state.Snapshot, gpus []reporter.GPU) topologyView {
+	var v topologyView
+	plan := a.writtenPlanLocked(now, snap)
+	for _, np := range a.pools {
+		v.NUMA = append(v.NUMA, numaView{
+			Node: np.Node, CPUs: a.topo.CPUsOfNUMA(np.Node).String(), System: np.System.String(), Dedicated: np.Dedicated.String(),
+			Shared: np.Shared.String(), Reclaimed: np.Reclaimed.String(), ReclaimedMilliCPU: plan.ReclaimedMilliCPU[np.Node],
+		})
+	}
+	for _, g := range gpus {
+		v.GPUs = append(v.GPUs, gpuView{UUID: g.UUID, NUMA: g.NUMANode, Lendable: g.Lendable})
+	}
+	return v
+}
