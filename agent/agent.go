@@ -27,7 +27,7 @@ import (
 	"github.com/tidalqos/tidal/isolation/nri"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
-	"github.com/tidalqos/tidal/plugins/memory"
+	"github.com/tidalqos/tidal/plugins/policy"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
@@ -58,6 +58,7 @@ type Agent struct {
 	topo    *topology.Topology
 	layout  *cgroupfs.Layout
 	writer  *isolation.Writer
+	policy  policy.Policy
 	metrics *reporter.Metrics
 	idle    bool
 	procDir string
@@ -70,7 +71,7 @@ type Agent struct {
 	mu        sync.Mutex
 	advisor   *advisor.Advisor
 	workloads map[string]*workload
-	pools     cpu.Pools
+	pools     plugins.Pools
 	online    map[int]int64 // latest online usage of each node's shared pool
 	memTotal  int64         // node memory, from the latest sample
 	memOnline int64         // memory used by all but reclaimed work, from the latest sample
@@ -148,6 +149,7 @@ func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
 		topo:      topo,
 		layout:    layout,
 		writer:    writer,
+		policy:    policy.Default(),
 		idle:      writer.SupportsIdle(),
 		procDir:   "/proc",
 		advisor:   advisor.New(advisorConfig(cfg)),
@@ -367,14 +369,13 @@ func (a *Agent) applyLocked() error {
 	}
 	ws := a.pluginWorkloads()
 	tree := plugins.NewTree(a.cfg.Cgroup.Root, ws)
-	cpu.Fill(tree, a.topo.AllCPUs(), a.pools, plan.TotalMilliCPU(), a.idle)
-	memory.Fill(tree, plan.ReclaimedMemory)
 	node := a.nodeLocked(plan)
+	a.policy.Fill(tree, node)
 	for _, w := range ws {
 		if len(w.GPUs) > 0 {
 			_, w.GPUMinors = a.gpus.tracker.Visibility(w.Name)
 		}
-		*tree.Workload(w) = isolation.Decide(w, node).Settings
+		*tree.Workload(w) = a.policy.Decide(w, node).Settings
 	}
 	err := a.writer.Apply(tree.Cgroups())
 	if err != nil {
@@ -389,8 +390,8 @@ func (a *Agent) applyLocked() error {
 }
 
 // nodeLocked is what the decision function needs to know of the node under plan.
-func (a *Agent) nodeLocked(plan advisor.Plan) isolation.Node {
-	return isolation.Node{Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
+func (a *Agent) nodeLocked(plan advisor.Plan) plugins.Node {
+	return plugins.Node{CPUs: a.topo.AllCPUs(), Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
 		GPUMinors: a.gpus.tracker.Minors()}
 }
 
@@ -455,7 +456,7 @@ func (a *Agent) actionLocked(kind, label, reason string) {
 }
 
 // samePoolCPUs reports whether two pool layouts put the same CPUs in every pool.
-func samePoolCPUs(x, y cpu.Pools) bool {
+func samePoolCPUs(x, y plugins.Pools) bool {
 	return x.System().Equals(y.System()) && x.Dedicated().Equals(y.Dedicated()) &&
 		x.Shared().Equals(y.Shared()) && x.Reclaimed().Equals(y.Reclaimed())
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/plugins"
 )
 
 // hookDecider answers the runtime hooks (CRI proxy, NRI plugin) from the agent's state with
@@ -32,15 +33,15 @@ func (h hookDecider) Sandbox(_ context.Context, pod isolation.Pod) error {
 }
 
 // Container decides what a container of the pod gets.
-func (h hookDecider) Container(_ context.Context, pod isolation.Pod, _ string) (isolation.Decision, error) {
+func (h hookDecider) Container(_ context.Context, pod isolation.Pod, _ string) (plugins.Decision, error) {
 	a := h.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w := a.hookWorkloadLocked(pod)
 	if w == nil {
-		return isolation.Decision{}, fmt.Errorf("pod %s/%s: no cgroup known for it", pod.Namespace, pod.Name)
+		return plugins.Decision{}, fmt.Errorf("pod %s/%s: no cgroup known for it", pod.Namespace, pod.Name)
 	}
-	return isolation.Decide(w.Workload, a.nodeLocked(a.writtenPlanLocked(time.Now()))), nil
+	return a.policy.Decide(w.Workload, a.nodeLocked(a.writtenPlanLocked(time.Now()))), nil
 }
 
 // hookWorkloadLocked is the workload of a pod a hook asks about: the one the pod watch made,

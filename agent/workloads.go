@@ -13,10 +13,10 @@ import (
 
 	"k8s.io/utils/cpuset"
 
-	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
 	pgpu "github.com/tidalqos/tidal/plugins/gpu"
+	"github.com/tidalqos/tidal/plugins/memory"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/reporter"
 )
@@ -158,7 +158,7 @@ func (a *Agent) Admit(req AdmitRequest, peerPID int) (reporter.Workload, error) 
 		return reporter.Workload{}, fmt.Errorf("set up cgroup %s: %w", w.Cgroup, err)
 	}
 	if w.Tier == qos.Reclaimed {
-		if err := a.writer.SetOOMScoreAdj(req.PID, isolation.ReclaimedOOMScoreAdj); err != nil {
+		if err := a.writer.SetOOMScoreAdj(req.PID, memory.ReclaimedOOMScoreAdj); err != nil {
 			a.log.Warn("cannot raise the OOM score of reclaimed work", "pid", req.PID, "err", err)
 		}
 	}

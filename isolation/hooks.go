@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/tidalqos/tidal/plugins"
 )
 
 // Pod is what a runtime hook (CRI proxy, NRI plugin) knows of a pod when it asks for a
@@ -30,13 +32,13 @@ func MilliCPUOf(quota, period, shares int64) int64 {
 	return 0
 }
 
-// Decider answers the runtime hooks: the agent, whose answers come from Decide.
+// Decider answers the runtime hooks: the agent, whose answers come from plugins/policy.
 type Decider interface {
 	// Sandbox is called before a pod's sandbox is created: the pod's cgroup may already
 	// exist (the kubelet makes it), so the Decider may write it (cpu.idle has no CRI field).
 	Sandbox(ctx context.Context, pod Pod) error
 	// Container decides what a container of the pod gets.
-	Container(ctx context.Context, pod Pod, container string) (Decision, error)
+	Container(ctx context.Context, pod Pod, container string) (plugins.Decision, error)
 }
 
 // HookObserver counts hook calls: result is "adjusted", "unchanged" or "fail-open".

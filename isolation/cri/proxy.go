@@ -188,7 +188,7 @@ func (p *Proxy) createContainer(ctx context.Context, r *runtimeapi.CreateContain
 	pod := podOf(r.GetSandboxConfig())
 	name := r.GetConfig().GetMetadata().GetName()
 	start := time.Now()
-	d, err := isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (isolation.Decision, error) {
+	d, err := isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (plugins.Decision, error) {
 		return p.opts.Decider.Container(ctx, pod, name)
 	})
 	changed := false
@@ -222,9 +222,9 @@ func (p *Proxy) createContainer(ctx context.Context, r *runtimeapi.CreateContain
 func (p *Proxy) updateContainerResources(ctx context.Context, r *runtimeapi.UpdateContainerResourcesRequest) (any, error) {
 	start := time.Now()
 	pod, name, err := p.containerPod(ctx, r.ContainerId)
-	var d isolation.Decision
+	var d plugins.Decision
 	if err == nil {
-		d, err = isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (isolation.Decision, error) {
+		d, err = isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (plugins.Decision, error) {
 			return p.opts.Decider.Container(ctx, pod, name)
 		})
 	}
@@ -275,7 +275,7 @@ func (p *Proxy) containerPod(ctx context.Context, id string) (Pod, string, error
 }
 
 // fill lays a decision over a container's resources; it reports whether anything changed.
-func (p *Proxy) fill(r *runtimeapi.LinuxContainerResources, d isolation.Decision) bool {
+func (p *Proxy) fill(r *runtimeapi.LinuxContainerResources, d plugins.Decision) bool {
 	s := d.Settings
 	before := proto.Clone(r)
 	if !s.CPUs.IsEmpty() {

@@ -91,8 +91,8 @@ func podOf(pod *api.PodSandbox) isolation.Pod {
 // RunPodSandbox lets the agent write the pod's cgroup before its containers exist.
 func (p *Plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	start := time.Now()
-	_, err := p.decide(ctx, func(ctx context.Context) (isolation.Decision, error) {
-		return isolation.Decision{}, p.opts.Decider.Sandbox(ctx, podOf(pod))
+	_, err := p.decide(ctx, func(ctx context.Context) (plugins.Decision, error) {
+		return plugins.Decision{}, p.opts.Decider.Sandbox(ctx, podOf(pod))
 	})
 	p.observe("RunPodSandbox", pod, err, false, start)
 	return nil // never fail the pod because of tidal
@@ -102,7 +102,7 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	ip := podOf(pod)
-	d, err := p.decide(ctx, func(ctx context.Context) (isolation.Decision, error) {
+	d, err := p.decide(ctx, func(ctx context.Context) (plugins.Decision, error) {
 		return p.opts.Decider.Container(ctx, ip, ctr.GetName())
 	})
 	p.mu.Lock()
@@ -199,7 +199,7 @@ func (p *Plugin) Refresh(ctx context.Context) error {
 }
 
 func (p *Plugin) update(ctx context.Context, pod isolation.Pod, id, name string) (*api.ContainerUpdate, error) {
-	d, err := p.decide(ctx, func(ctx context.Context) (isolation.Decision, error) {
+	d, err := p.decide(ctx, func(ctx context.Context) (plugins.Decision, error) {
 		return p.opts.Decider.Container(ctx, pod, name)
 	})
 	if err != nil {
@@ -214,7 +214,7 @@ func (p *Plugin) update(ctx context.Context, pod isolation.Pod, id, name string)
 }
 
 // decide runs f under the timeout; past it the answer is dropped (fail-open).
-func (p *Plugin) decide(ctx context.Context, f func(context.Context) (isolation.Decision, error)) (isolation.Decision, error) {
+func (p *Plugin) decide(ctx context.Context, f func(context.Context) (plugins.Decision, error)) (plugins.Decision, error) {
 	return isolation.WithTimeout(ctx, p.opts.Timeout, f)
 }
 
