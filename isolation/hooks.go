@@ -21,17 +21,6 @@ type Pod struct {
 	MilliCPU int64
 }
 
-// MilliCPUOf turns CFS quota and period, or else CPU shares, into millicores.
-func MilliCPUOf(quota, period, shares int64) int64 {
-	if quota > 0 && period > 0 {
-		return quota * 1000 / period
-	}
-	if shares > 2 {
-		return shares * 1000 / 1024
-	}
-	return 0
-}
-
 // Decider answers the runtime hooks: the agent, whose answers come from plugins/policy.
 type Decider interface {
 	// Sandbox is called before a pod's sandbox is created: the pod's cgroup may already

@@ -28,6 +28,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/isolation/translate"
 	"github.com/tidalqos/tidal/plugins"
 )
 
@@ -161,7 +162,7 @@ func outgoing(ctx context.Context) context.Context {
 func podOf(cfg *runtimeapi.PodSandboxConfig) Pod {
 	r := cfg.GetLinux().GetResources()
 	pod := Pod{Annotations: cfg.GetAnnotations(), Labels: cfg.GetLabels(), CgroupParent: cfg.GetLinux().GetCgroupParent(),
-		MilliCPU: isolation.MilliCPUOf(r.GetCpuQuota(), r.GetCpuPeriod(), r.GetCpuShares())}
+		MilliCPU: translate.MilliCPU(r.GetCpuQuota(), r.GetCpuPeriod(), r.GetCpuShares())}
 	if m := cfg.GetMetadata(); m != nil {
 		pod.Name, pod.Namespace, pod.UID = m.Name, m.Namespace, m.Uid
 	}
@@ -276,39 +277,10 @@ func (p *Proxy) containerPod(ctx context.Context, id string) (Pod, string, error
 
 // fill lays a decision over a container's resources; it reports whether anything changed.
 func (p *Proxy) fill(r *runtimeapi.LinuxContainerResources, d plugins.Decision) bool {
-	s := d.Settings
 	before := proto.Clone(r)
-	if !s.CPUs.IsEmpty() {
-		r.CpusetCpus = s.CPUs.String()
-	}
-	if !s.Mems.IsEmpty() {
-		r.CpusetMems = s.Mems.String()
-	}
-	if s.CPUShares > 0 {
-		r.CpuShares = int64(s.CPUShares)
-	}
-	if s.CPUIdle == plugins.On && p.opts.CgroupV2 {
-		if r.Unified == nil {
-			r.Unified = map[string]string{}
-		}
-		r.Unified["cpu.idle"] = "1"
-	}
-	if s.CPUIdle == plugins.On && !p.opts.CgroupV2 {
-		// v1 has no idle field in CRI: the pod's cgroup carries cpu.idle (Sandbox wrote it);
-		// the container gets the smallest share under it.
-		r.CpuShares = 2
-	}
-	if s.CPUQuota > 0 {
-		r.CpuPeriod = cfsPeriodMicros
-		r.CpuQuota = s.CPUQuota * cfsPeriodMicros / 1000
-	}
-	if s.MemoryLimit > 0 {
-		r.MemoryLimitInBytes = s.MemoryLimit
-	}
+	translate.ToContainer(d.Settings, p.opts.CgroupV2).CRI(r)
 	return !proto.Equal(before, r)
 }
-
-const cfsPeriodMicros = 100_000
 
 // setEnv sets each variable of env in envs (replacing one of the same key).
 func setEnv(envs []*runtimeapi.KeyValue, env map[string]string, changed bool) ([]*runtimeapi.KeyValue, bool) {
