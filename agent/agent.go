@@ -391,8 +391,8 @@ func (a *Agent) applyLocked() error {
 
 // nodeLocked is what the decision function needs to know of the node under plan.
 func (a *Agent) nodeLocked(plan advisor.Plan) plugins.Node {
-	return plugins.Node{CPUs: a.topo.AllCPUs(), Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
-		GPUMinors: a.gpus.tracker.Minors()}
+	return plugins.Node{CPUs: a.topo.AllCPUs(), Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(),
+		LentMemory: plan.ReclaimedMemory, Idle: a.idle, GPUMinors: a.gpus.tracker.Minors()}
 }
 
 // minWrittenMemory is the least memory limit the reclaimed tier gets: 0 would mean "leave
