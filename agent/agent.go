@@ -24,8 +24,10 @@ import (
 	"github.com/tidalqos/tidal/agent/source/standalone"
 	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
 	pgpu "github.com/tidalqos/tidal/plugins/gpu"
+	"github.com/tidalqos/tidal/plugins/policy"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -45,6 +47,7 @@ type Agent struct {
 	topo    *topology.Topology
 	layout  *cgroupfs.Layout
 	writer  *isolation.Writer
+	policy  policy.Policy
 	metrics *reporter.Metrics
 	idle    bool
 	procDir string
@@ -66,7 +69,7 @@ type Agent struct {
 
 	mu        sync.Mutex
 	advisor   *advisor.Advisor
-	pools     cpu.Pools
+	pools     plugins.Pools
 	online    map[int]int64 // latest online usage of each node's shared pool
 	memTotal  int64         // node memory, from the latest sample
 	memOnline int64         // memory used by all but reclaimed work, from the latest sample
@@ -164,6 +167,7 @@ func newAgentAt(cfg config.Config, log *slog.Logger, sysDir, procDir string) (*A
 		topo:      topo,
 		layout:    layout,
 		writer:    writer,
+		policy:    policy.Default(),
 		idle:      writer.SupportsIdle(),
 		procDir:   procDir,
 		store:     state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),

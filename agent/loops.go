@@ -14,7 +14,6 @@ import (
 	"github.com/tidalqos/tidal/agent/source/pods"
 	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/plugins"
-	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/plugins/eviction"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
@@ -110,7 +109,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 
 // sample reads node CPU and memory, and a share of the workloads' usage. fresh is false on
 // the first call, when there is no previous reading to take a rate from.
-func (a *Agent) sample(now time.Time, snap state.Snapshot, pools cpu.Pools) (sample, bool, error) {
+func (a *Agent) sample(now time.Time, snap state.Snapshot, pools plugins.Pools) (sample, bool, error) {
 	var s sample
 	cpus, err := metrics.ReadCPUTimes(a.procDir)
 	if err != nil {

@@ -22,7 +22,6 @@ import (
 	"github.com/tidalqos/tidal/isolation/nri"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
-	"github.com/tidalqos/tidal/plugins/memory"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -248,7 +247,7 @@ func (a *Agent) reconcile() error {
 }
 
 // desired is the cgroup tree the registry and the plan call for: pure computation, no I/O.
-func (a *Agent) desired(snap state.Snapshot, node isolation.Node, plan advisor.Plan) *plugins.Tree {
+func (a *Agent) desired(snap state.Snapshot, node plugins.Node, plan advisor.Plan) *plugins.Tree {
 	ws := snap.Plugins()
 	children := map[string][]string{}
 	for _, r := range snap.Workloads {
@@ -257,8 +256,7 @@ func (a *Agent) desired(snap state.Snapshot, node isolation.Node, plan advisor.P
 		}
 	}
 	tree := plugins.NewTree(a.cfg.Cgroup.Root, ws, children)
-	cpu.Fill(tree, a.topo.AllCPUs(), node.Pools, plan.TotalMilliCPU(), a.idle)
-	memory.Fill(tree, plan.ReclaimedMemory)
+	a.policy.Fill(tree, node)
 	for _, w := range ws {
 		*tree.Workload(w) = a.decideOn(w, node).Settings
 	}
@@ -267,7 +265,7 @@ func (a *Agent) desired(snap state.Snapshot, node isolation.Node, plan advisor.P
 
 // decide is the one decision function for a workload on the node as it is now: the
 // reconcile pass, the CRI proxy and the NRI plugin all come here.
-func (a *Agent) decide(w plugins.Workload) isolation.Decision {
+func (a *Agent) decide(w plugins.Workload) plugins.Decision {
 	snap := a.store.Snapshot()
 	a.mu.Lock()
 	node := a.nodeLocked(a.writtenPlanLocked(time.Now(), snap))
@@ -275,11 +273,11 @@ func (a *Agent) decide(w plugins.Workload) isolation.Decision {
 	return a.decideOn(w, node)
 }
 
-func (a *Agent) decideOn(w plugins.Workload, node isolation.Node) isolation.Decision {
+func (a *Agent) decideOn(w plugins.Workload, node plugins.Node) plugins.Decision {
 	if len(w.GPUs) > 0 {
 		_, w.GPUMinors = a.gpus().Visibility(w.Name)
 	}
-	return isolation.Decide(w, node)
+	return a.policy.Decide(w, node)
 }
 
 func (a *Agent) gpus() interface {
@@ -290,8 +288,8 @@ func (a *Agent) gpus() interface {
 }
 
 // nodeLocked is what the decision function needs to know of the node under plan.
-func (a *Agent) nodeLocked(plan advisor.Plan) isolation.Node {
-	return isolation.Node{Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
+func (a *Agent) nodeLocked(plan advisor.Plan) plugins.Node {
+	return plugins.Node{CPUs: a.topo.AllCPUs(), Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
 		GPUMinors: a.gpus().Minors()}
 }
 
@@ -313,7 +311,7 @@ func (a *Agent) writtenPlanLocked(now time.Time, snap state.Snapshot) advisor.Pl
 }
 
 // samePoolCPUs reports whether two pool layouts put the same CPUs in every pool.
-func samePoolCPUs(x, y cpu.Pools) bool {
+func samePoolCPUs(x, y plugins.Pools) bool {
 	return x.System().Equals(y.System()) && x.Dedicated().Equals(y.Dedicated()) &&
 		x.Shared().Equals(y.Shared()) && x.Reclaimed().Equals(y.Reclaimed())
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/tidalqos/tidal/isolation/translate"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
 
@@ -169,7 +170,7 @@ func (b *v1Backend) read(path string, k knob) (string, error) {
 			return q, err
 		}
 		// A period other than ours means the quota text differs: rewrite it with ours.
-		if p != strconv.Itoa(cfsPeriodMicros) {
+		if p != strconv.Itoa(translate.PeriodMicros) {
 			return q + "/" + p, nil
 		}
 		return q, nil
@@ -203,7 +204,7 @@ func (b *v1Backend) write(path string, k knob, value string) error {
 		return b.cpu.Update(path, &specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &n}})
 	case knobQuota:
 		q, _ := strconv.ParseInt(value, 10, 64)
-		p := uint64(cfsPeriodMicros)
+		p := uint64(translate.PeriodMicros)
 		return b.cpu.Update(path, &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: &q, Period: &p}})
 	case knobMemoryLimit:
 		n, _ := strconv.ParseInt(value, 10, 64)
@@ -292,7 +293,7 @@ func (b *v2Backend) remove(path string) error {
 func (b *v2Backend) fileValue(k knob, value string) string {
 	if k == knobShares {
 		n, _ := strconv.ParseUint(value, 10, 64)
-		return strconv.FormatUint(sharesToWeight(n), 10)
+		return strconv.FormatUint(translate.Weight(n), 10)
 	}
 	return value
 }
@@ -313,7 +314,7 @@ func (b *v2Backend) read(path string, k knob) (string, error) {
 		switch {
 		case q == "max":
 			v = "-1"
-		case p != strconv.Itoa(cfsPeriodMicros):
+		case p != strconv.Itoa(translate.PeriodMicros):
 			v = q + "/" + p
 		default:
 			v = q
@@ -355,7 +356,7 @@ func (b *v2Backend) write(path string, k knob, value string) error {
 		if n, _ := strconv.ParseInt(value, 10, 64); n >= 0 {
 			q = &n
 		}
-		p := uint64(cfsPeriodMicros)
+		p := uint64(translate.PeriodMicros)
 		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(q, &p)}
 	case knobMemoryLimit:
 		n, _ := strconv.ParseInt(value, 10, 64)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/tidalqos/tidal/plugins"
 )
 
 // Pod is what a runtime hook (CRI proxy, NRI plugin) knows of a pod when it asks for a
@@ -19,24 +21,13 @@ type Pod struct {
 	MilliCPU int64
 }
 
-// MilliCPUOf turns CFS quota and period, or else CPU shares, into millicores.
-func MilliCPUOf(quota, period, shares int64) int64 {
-	if quota > 0 && period > 0 {
-		return quota * 1000 / period
-	}
-	if shares > 2 {
-		return shares * 1000 / 1024
-	}
-	return 0
-}
-
-// Decider answers the runtime hooks: the agent, whose answers come from Decide.
+// Decider answers the runtime hooks: the agent, whose answers come from plugins/policy.
 type Decider interface {
 	// Sandbox is called before a pod's sandbox is created: the pod's cgroup may already
 	// exist (the kubelet makes it), so the Decider may write it (cpu.idle has no CRI field).
 	Sandbox(ctx context.Context, pod Pod) error
 	// Container decides what a container of the pod gets.
-	Container(ctx context.Context, pod Pod, container string) (Decision, error)
+	Container(ctx context.Context, pod Pod, container string) (plugins.Decision, error)
 }
 
 // HookObserver counts hook calls: result is "adjusted", "unchanged" or "fail-open".

@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/tidalqos/tidal/isolation/translate"
 	"github.com/tidalqos/tidal/plugins"
 )
 
@@ -29,49 +30,39 @@ func (k knob) String() string {
 	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices"}[k]
 }
 
-const (
-	cfsPeriodMicros = 100000
-	// v1 reports "no memory limit" as a page-rounded LONG_MAX; anything this large is unlimited.
-	v1MemoryUnlimited = int64(1) << 62
-)
+// v1 reports "no memory limit" as a page-rounded LONG_MAX; anything this large is unlimited.
+const v1MemoryUnlimited = int64(1) << 62
 
-// wanted returns the canonical value of every knob that s sets.
+// wanted returns the canonical value of every knob that s sets, in the kernel units
+// translate gives every write path.
 func wanted(s plugins.Settings) map[knob]string {
+	c := translate.ToCgroup(s)
 	w := map[knob]string{}
-	if !s.CPUs.IsEmpty() {
-		w[knobCPUs] = s.CPUs.String()
+	if c.CPUs != "" {
+		w[knobCPUs] = c.CPUs
 	}
-	if !s.Mems.IsEmpty() {
-		w[knobMems] = s.Mems.String()
+	if c.Mems != "" {
+		w[knobMems] = c.Mems
 	}
-	switch s.CPUIdle {
+	switch c.Idle {
 	case plugins.On:
 		w[knobIdle] = "1"
 	case plugins.Off:
 		w[knobIdle] = "0"
 	}
-	if s.CPUShares != 0 {
-		w[knobShares] = strconv.FormatUint(s.CPUShares, 10)
+	if c.Shares != 0 {
+		w[knobShares] = strconv.FormatUint(c.Shares, 10)
 	}
-	if s.CPUQuota != 0 {
-		w[knobQuota] = quotaText(s.CPUQuota)
+	if c.Quota != 0 {
+		w[knobQuota] = strconv.FormatInt(c.Quota, 10)
 	}
-	if s.MemoryLimit != 0 {
-		w[knobMemoryLimit] = strconv.FormatInt(max(s.MemoryLimit, plugins.Unlimited), 10)
+	if c.Memory != 0 {
+		w[knobMemoryLimit] = strconv.FormatInt(c.Memory, 10)
 	}
-	if s.Devices != nil {
-		w[knobDevices] = strings.Join(s.Devices, ";")
+	if c.Devices != nil {
+		w[knobDevices] = strings.Join(c.Devices, ";")
 	}
 	return w
-}
-
-// quotaText renders millicores as "<quota us>" over the fixed period, -1 for unlimited.
-func quotaText(milli int64) string {
-	if milli < 0 {
-		return "-1"
-	}
-	// The kernel refuses quotas under 1 ms.
-	return strconv.FormatInt(max(milli*cfsPeriodMicros/1000, 1000), 10)
 }
 
 // quotaMicros parses a canonical quota; unlimited is the largest value.
@@ -90,12 +81,4 @@ func canonicalCPUs(raw string) string {
 		return strings.TrimSpace(raw)
 	}
 	return s.String()
-}
-
-// sharesToWeight maps cgroup v1 shares to v2 cpu.weight the way runc and the kernel docs do.
-func sharesToWeight(shares uint64) uint64 {
-	if shares == 0 {
-		return 0
-	}
-	return 1 + ((shares-2)*9999)/262142
 }

@@ -1,5 +1,8 @@
-// Package plugins holds what resource plugins produce: the desired settings of each cgroup tidal
-// manages. The plugins themselves live in the sub-packages (cpu, memory, eviction).
+// Package plugins is tidal's policy model: the workloads, the node state a decision needs, and
+// what the policy produces (a Decision per workload, the desired settings of each cgroup tidal
+// manages). Each resource dimension implements Resource in its own sub-package (cpu, memory,
+// gpu); plugins/policy runs them in order. isolation turns the settings into kernel and
+// runtime values.
 package plugins
 
 import "k8s.io/utils/cpuset"

@@ -28,6 +28,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/isolation/translate"
 	"github.com/tidalqos/tidal/plugins"
 )
 
@@ -161,7 +162,7 @@ func outgoing(ctx context.Context) context.Context {
 func podOf(cfg *runtimeapi.PodSandboxConfig) Pod {
 	r := cfg.GetLinux().GetResources()
 	pod := Pod{Annotations: cfg.GetAnnotations(), Labels: cfg.GetLabels(), CgroupParent: cfg.GetLinux().GetCgroupParent(),
-		MilliCPU: isolation.MilliCPUOf(r.GetCpuQuota(), r.GetCpuPeriod(), r.GetCpuShares())}
+		MilliCPU: translate.MilliCPU(r.GetCpuQuota(), r.GetCpuPeriod(), r.GetCpuShares())}
 	if m := cfg.GetMetadata(); m != nil {
 		pod.Name, pod.Namespace, pod.UID = m.Name, m.Namespace, m.Uid
 	}
@@ -188,7 +189,7 @@ func (p *Proxy) createContainer(ctx context.Context, r *runtimeapi.CreateContain
 	pod := podOf(r.GetSandboxConfig())
 	name := r.GetConfig().GetMetadata().GetName()
 	start := time.Now()
-	d, err := isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (isolation.Decision, error) {
+	d, err := isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (plugins.Decision, error) {
 		return p.opts.Decider.Container(ctx, pod, name)
 	})
 	changed := false
@@ -222,9 +223,9 @@ func (p *Proxy) createContainer(ctx context.Context, r *runtimeapi.CreateContain
 func (p *Proxy) updateContainerResources(ctx context.Context, r *runtimeapi.UpdateContainerResourcesRequest) (any, error) {
 	start := time.Now()
 	pod, name, err := p.containerPod(ctx, r.ContainerId)
-	var d isolation.Decision
+	var d plugins.Decision
 	if err == nil {
-		d, err = isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (isolation.Decision, error) {
+		d, err = isolation.WithTimeout(ctx, p.opts.Timeout, func(ctx context.Context) (plugins.Decision, error) {
 			return p.opts.Decider.Container(ctx, pod, name)
 		})
 	}
@@ -275,40 +276,11 @@ func (p *Proxy) containerPod(ctx context.Context, id string) (Pod, string, error
 }
 
 // fill lays a decision over a container's resources; it reports whether anything changed.
-func (p *Proxy) fill(r *runtimeapi.LinuxContainerResources, d isolation.Decision) bool {
-	s := d.Settings
+func (p *Proxy) fill(r *runtimeapi.LinuxContainerResources, d plugins.Decision) bool {
 	before := proto.Clone(r)
-	if !s.CPUs.IsEmpty() {
-		r.CpusetCpus = s.CPUs.String()
-	}
-	if !s.Mems.IsEmpty() {
-		r.CpusetMems = s.Mems.String()
-	}
-	if s.CPUShares > 0 {
-		r.CpuShares = int64(s.CPUShares)
-	}
-	if s.CPUIdle == plugins.On && p.opts.CgroupV2 {
-		if r.Unified == nil {
-			r.Unified = map[string]string{}
-		}
-		r.Unified["cpu.idle"] = "1"
-	}
-	if s.CPUIdle == plugins.On && !p.opts.CgroupV2 {
-		// v1 has no idle field in CRI: the pod's cgroup carries cpu.idle (Sandbox wrote it);
-		// the container gets the smallest share under it.
-		r.CpuShares = 2
-	}
-	if s.CPUQuota > 0 {
-		r.CpuPeriod = cfsPeriodMicros
-		r.CpuQuota = s.CPUQuota * cfsPeriodMicros / 1000
-	}
-	if s.MemoryLimit > 0 {
-		r.MemoryLimitInBytes = s.MemoryLimit
-	}
+	translate.ToContainer(d.Settings, p.opts.CgroupV2).CRI(r)
 	return !proto.Equal(before, r)
 }
-
-const cfsPeriodMicros = 100_000
 
 // setEnv sets each variable of env in envs (replacing one of the same key).
 func setEnv(envs []*runtimeapi.KeyValue, env map[string]string, changed bool) ([]*runtimeapi.KeyValue, bool) {

@@ -18,8 +18,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/cpuset"
 
-	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/plugins/memory"
 )
 
 // recordingRuntime is a stand-in CRI runtime for the proxy's unit tests: it records what
@@ -58,14 +58,14 @@ func (r *recordingRuntime) ContainerStatus(_ context.Context, req *runtimeapi.Co
 }
 
 type fakeDecider struct {
-	d     isolation.Decision
+	d     plugins.Decision
 	err   error
 	delay time.Duration
 }
 
 func (f fakeDecider) Sandbox(context.Context, Pod) error { return f.err }
 
-func (f fakeDecider) Container(ctx context.Context, _ Pod, _ string) (isolation.Decision, error) {
+func (f fakeDecider) Container(ctx context.Context, _ Pod, _ string) (plugins.Decision, error) {
 	if f.delay > 0 {
 		time.Sleep(f.delay)
 	}
@@ -133,9 +133,9 @@ func start(t testing.TB, dec Decider, obs Observer) (proxy, direct runtimeapi.Ru
 	return dial(filepath.Join(dir, "proxy.sock")), dial(rtSock), rt
 }
 
-var reclaimed = isolation.Decision{
+var reclaimed = plugins.Decision{
 	Settings:    plugins.Settings{CPUs: cpuset.New(1), Mems: cpuset.New(0), CPUIdle: plugins.On, CPUQuota: 1500, MemoryLimit: 1 << 30},
-	OOMScoreAdj: isolation.ReclaimedOOMScoreAdj,
+	OOMScoreAdj: memory.ReclaimedOOMScoreAdj,
 	Env:         map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"},
 }
 
@@ -167,7 +167,7 @@ func TestCreateAndUpdateCarryTheDecision(t *testing.T) {
 	got := rt.created[0].Config
 	r := got.Linux.Resources
 	if r.CpusetCpus != "1" || r.CpusetMems != "0" || r.CpuShares != 2 || r.CpuQuota != 150000 || r.CpuPeriod != 100000 ||
-		r.MemoryLimitInBytes != 1<<30 || r.OomScoreAdj != isolation.ReclaimedOOMScoreAdj {
+		r.MemoryLimitInBytes != 1<<30 || r.OomScoreAdj != memory.ReclaimedOOMScoreAdj {
 		t.Errorf("the runtime got %+v", r)
 	}
 	if !slices.ContainsFunc(got.Envs, func(kv *runtimeapi.KeyValue) bool {

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 
 	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/isolation/translate"
 	"github.com/tidalqos/tidal/plugins"
 )
 
@@ -85,14 +86,14 @@ func podOf(pod *api.PodSandbox) isolation.Pod {
 	cpu := pod.GetLinux().GetPodResources().GetCpu()
 	return isolation.Pod{Name: pod.GetName(), Namespace: pod.GetNamespace(), UID: pod.GetUid(),
 		Annotations: pod.GetAnnotations(), Labels: pod.GetLabels(), CgroupParent: pod.GetLinux().GetCgroupParent(),
-		MilliCPU: isolation.MilliCPUOf(cpu.GetQuota().GetValue(), int64(cpu.GetPeriod().GetValue()), int64(cpu.GetShares().GetValue()))}
+		MilliCPU: translate.MilliCPU(cpu.GetQuota().GetValue(), int64(cpu.GetPeriod().GetValue()), int64(cpu.GetShares().GetValue()))}
 }
 
 // RunPodSandbox lets the agent write the pod's cgroup before its containers exist.
 func (p *Plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	start := time.Now()
-	_, err := p.decide(ctx, func(ctx context.Context) (isolation.Decision, error) {
-		return isolation.Decision{}, p.opts.Decider.Sandbox(ctx, podOf(pod))
+	_, err := p.decide(ctx, func(ctx context.Context) (plugins.Decision, error) {
+		return plugins.Decision{}, p.opts.Decider.Sandbox(ctx, podOf(pod))
 	})
 	p.observe("RunPodSandbox", pod, err, false, start)
 	return nil // never fail the pod because of tidal
@@ -102,7 +103,7 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	ip := podOf(pod)
-	d, err := p.decide(ctx, func(ctx context.Context) (isolation.Decision, error) {
+	d, err := p.decide(ctx, func(ctx context.Context) (plugins.Decision, error) {
 		return p.opts.Decider.Container(ctx, ip, ctr.GetName())
 	})
 	p.mu.Lock()
@@ -113,8 +114,11 @@ func (p *Plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, nil
 	}
 	adj := &api.ContainerAdjustment{}
-	r := resources(d.Settings, p.opts.CgroupV2)
-	changed := applyTo(r, adjuster{adj})
+	changed := false
+	if r := translate.ToContainer(d.Settings, p.opts.CgroupV2).NRI(); r != nil {
+		adj.Linux = &api.LinuxContainerAdjustment{Resources: r}
+		changed = true
+	}
 	if d.OOMScoreAdj != 0 {
 		v := d.OOMScoreAdj
 		adj.SetLinuxOomScoreAdj(&v)
@@ -199,22 +203,23 @@ func (p *Plugin) Refresh(ctx context.Context) error {
 }
 
 func (p *Plugin) update(ctx context.Context, pod isolation.Pod, id, name string) (*api.ContainerUpdate, error) {
-	d, err := p.decide(ctx, func(ctx context.Context) (isolation.Decision, error) {
+	d, err := p.decide(ctx, func(ctx context.Context) (plugins.Decision, error) {
 		return p.opts.Decider.Container(ctx, pod, name)
 	})
 	if err != nil {
 		return nil, err
 	}
-	u := &api.ContainerUpdate{}
-	u.SetContainerId(id)
-	if !applyTo(resources(d.Settings, p.opts.CgroupV2), updater{u}) {
+	r := translate.ToContainer(d.Settings, p.opts.CgroupV2).NRI()
+	if r == nil {
 		return nil, nil
 	}
+	u := &api.ContainerUpdate{Linux: &api.LinuxContainerUpdate{Resources: r}}
+	u.SetContainerId(id)
 	return u, nil
 }
 
 // decide runs f under the timeout; past it the answer is dropped (fail-open).
-func (p *Plugin) decide(ctx context.Context, f func(context.Context) (isolation.Decision, error)) (isolation.Decision, error) {
+func (p *Plugin) decide(ctx context.Context, f func(context.Context) (plugins.Decision, error)) (plugins.Decision, error) {
 	return isolation.WithTimeout(ctx, p.opts.Timeout, f)
 }
 
@@ -232,103 +237,3 @@ func (p *Plugin) observe(method string, pod *api.PodSandbox, err error, changed 
 		p.opts.Observer.HookCall("nri", method, result, time.Since(start))
 	}
 }
-
-// linuxResources are the container knobs a decision sets (zero: leave).
-type linuxResources struct {
-	cpus, mems    string
-	shares        uint64
-	quota, period int64
-	memory        int64
-	idle          bool
-}
-
-func resources(s plugins.Settings, v2 bool) linuxResources {
-	var r linuxResources
-	if !s.CPUs.IsEmpty() {
-		r.cpus = s.CPUs.String()
-	}
-	if !s.Mems.IsEmpty() {
-		r.mems = s.Mems.String()
-	}
-	r.shares = s.CPUShares
-	if s.CPUIdle == plugins.On {
-		// cpu.idle has a field only as a unified (v2) resource; on v1 the pod's cgroup carries
-		// it and the container gets the smallest share under it.
-		if v2 {
-			r.idle = true
-		} else {
-			r.shares = 2
-		}
-	}
-	if s.CPUQuota > 0 {
-		r.period = 100_000
-		r.quota = s.CPUQuota * r.period / 1000
-	}
-	if s.MemoryLimit > 0 {
-		r.memory = s.MemoryLimit
-	}
-	return r
-}
-
-// setter is what an adjustment (at creation) and an update (later) both offer.
-type setter interface {
-	cpus(string)
-	mems(string)
-	shares(uint64)
-	quota(q, period int64)
-	memory(int64)
-	idle()
-}
-
-func applyTo(r linuxResources, s setter) bool {
-	changed := false
-	if r.cpus != "" {
-		s.cpus(r.cpus)
-		changed = true
-	}
-	if r.mems != "" {
-		s.mems(r.mems)
-		changed = true
-	}
-	if r.shares > 0 {
-		s.shares(r.shares)
-		changed = true
-	}
-	if r.quota > 0 {
-		s.quota(r.quota, r.period)
-		changed = true
-	}
-	if r.memory > 0 {
-		s.memory(r.memory)
-		changed = true
-	}
-	if r.idle {
-		s.idle()
-		changed = true
-	}
-	return changed
-}
-
-type adjuster struct{ a *api.ContainerAdjustment }
-
-func (x adjuster) cpus(v string)   { x.a.SetLinuxCPUSetCPUs(v) }
-func (x adjuster) mems(v string)   { x.a.SetLinuxCPUSetMems(v) }
-func (x adjuster) shares(v uint64) { x.a.SetLinuxCPUShares(v) }
-func (x adjuster) quota(q, p int64) {
-	x.a.SetLinuxCPUPeriod(p)
-	x.a.SetLinuxCPUQuota(q)
-}
-func (x adjuster) memory(v int64) { x.a.SetLinuxMemoryLimit(v) }
-func (x adjuster) idle()          { x.a.AddLinuxUnified("cpu.idle", "1") }
-
-type updater struct{ u *api.ContainerUpdate }
-
-func (x updater) cpus(v string)   { x.u.SetLinuxCPUSetCPUs(v) }
-func (x updater) mems(v string)   { x.u.SetLinuxCPUSetMems(v) }
-func (x updater) shares(v uint64) { x.u.SetLinuxCPUShares(v) }
-func (x updater) quota(q, p int64) {
-	x.u.SetLinuxCPUPeriod(p)
-	x.u.SetLinuxCPUQuota(q)
-}
-func (x updater) memory(v int64) { x.u.SetLinuxMemoryLimit(v) }
-func (x updater) idle()          { x.u.AddLinuxUnified("cpu.idle", "1") }

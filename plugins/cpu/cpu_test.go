@@ -79,7 +79,7 @@ func TestFillSettings(t *testing.T) {
 	topo := twoNodes()
 	pools := ComputePools(topo, cpuset.New(), cpuset.New(3, 7), map[int]int64{0: 1000, 1: 1000})
 	tree := plugins.NewTree("tidal", nil, nil)
-	Fill(tree, topo.AllCPUs(), pools, 2000, true)
+	Resource{}.Fill(tree, plugins.Node{CPUs: topo.AllCPUs(), Pools: pools, LentMilliCPU: 2000, Idle: true})
 	if r := *tree.Tier(qos.Reclaimed); r.CPUQuota != 2000 || r.CPUIdle != plugins.On || !r.CPUs.Equals(pools.Reclaimed()) {
 		t.Errorf("reclaimed tier %+v", r)
 	}
@@ -91,7 +91,7 @@ func TestFillSettings(t *testing.T) {
 	}
 	// Without cpu.idle: shares 2.
 	tree = plugins.NewTree("tidal", nil, nil)
-	Fill(tree, topo.AllCPUs(), pools, 2000, false)
+	Resource{}.Fill(tree, plugins.Node{CPUs: topo.AllCPUs(), Pools: pools, LentMilliCPU: 2000, Idle: false})
 	if r := *tree.Tier(qos.Reclaimed); r.CPUShares != SharesReclaimed || r.CPUIdle != plugins.Unset {
 		t.Errorf("reclaimed tier without idle %+v", r)
 	}

@@ -9,53 +9,18 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/sysadvisor/topology"
 )
-
-// NUMAPools are the pools of one NUMA node. Reclaimed is a subset of Shared: online work may
-// always run on lent CPUs (reclaimed work there runs at the lowest priority), so lending never
-// takes a CPU away from online work, it only lets offline work fill it.
-type NUMAPools struct {
-	Node      int
-	System    cpuset.CPUSet
-	Dedicated cpuset.CPUSet
-	Shared    cpuset.CPUSet
-	Reclaimed cpuset.CPUSet
-}
-
-// Pools are a node's pools, one entry per NUMA node, by node ID.
-type Pools []NUMAPools
-
-// Union of one pool over all NUMA nodes.
-func (p Pools) union(get func(NUMAPools) cpuset.CPUSet) cpuset.CPUSet {
-	out := cpuset.New()
-	for _, n := range p {
-		out = out.Union(get(n))
-	}
-	return out
-}
-
-func (p Pools) System() cpuset.CPUSet {
-	return p.union(func(n NUMAPools) cpuset.CPUSet { return n.System })
-}
-func (p Pools) Dedicated() cpuset.CPUSet {
-	return p.union(func(n NUMAPools) cpuset.CPUSet { return n.Dedicated })
-}
-func (p Pools) Shared() cpuset.CPUSet {
-	return p.union(func(n NUMAPools) cpuset.CPUSet { return n.Shared })
-}
-func (p Pools) Reclaimed() cpuset.CPUSet {
-	return p.union(func(n NUMAPools) cpuset.CPUSet { return n.Reclaimed })
-}
 
 // ComputePools splits the CPUs: reserved ones to system, dedicated ones to their owners, the
 // rest to shared, and on each node the reclaimed pool is the ceil(lent/1000) shared CPUs
 // farthest from system CPUs (highest IDs, whole cores together).
-func ComputePools(topo *topology.Topology, reserved, dedicated cpuset.CPUSet, lentMilli map[int]int64) Pools {
-	var pools Pools
+func ComputePools(topo *topology.Topology, reserved, dedicated cpuset.CPUSet, lentMilli map[int]int64) plugins.Pools {
+	var pools plugins.Pools
 	for _, node := range topo.NUMANodes {
 		cpus := node.CPUs
-		np := NUMAPools{
+		np := plugins.NUMAPools{
 			Node:      node.ID,
 			System:    cpus.Intersection(reserved),
 			Dedicated: cpus.Intersection(dedicated).Difference(reserved),
@@ -66,16 +31,6 @@ func ComputePools(topo *topology.Topology, reserved, dedicated cpuset.CPUSet, le
 		pools = append(pools, np)
 	}
 	return pools
-}
-
-// PoolMilliCPU is the size of each node's shared pool in millicores: what online and
-// reclaimed work share.
-func (p Pools) PoolMilliCPU() map[int]int64 {
-	out := make(map[int]int64, len(p))
-	for _, n := range p {
-		out[n.Node] = int64(n.Shared.Size()) * 1000
-	}
-	return out
 }
 
 // farthest picks n CPUs of set, highest core first, keeping a core's threads together.

@@ -15,32 +15,93 @@ const (
 	SharesReclaimed = 2
 )
 
+// Resource is the CPU dimension of the policy: cpusets from the pools, priority and quota.
+type Resource struct{}
+
+var _ plugins.Resource = Resource{}
+
+func (Resource) Name() string { return "cpu" }
+
 // Fill sets the CPU knobs of tidal's root and tier cgroups: the root and the dedicated tier
 // span every CPU (dedicated children own disjoint cores), system and shared get their pools
 // at online weight, and the reclaimed tier the reclaimed pool at the lowest priority, capped
-// at lentMilli. Each workload's own settings come from isolation.Decide.
-func Fill(t *plugins.Tree, all cpuset.CPUSet, pools Pools, lentMilli int64, idle bool) {
-	// cpuset.mems names NUMA nodes by the same IDs as the pools.
-	allMems := cpuset.New()
-	for _, np := range pools {
-		allMems = allMems.Union(cpuset.New(np.Node))
-	}
-	shared := pools.Shared()
-	system := pools.System()
-	if system.IsEmpty() {
-		system = shared
-	}
-	*t.Root() = merge(*t.Root(), plugins.Settings{CPUs: all, Mems: allMems})
+// at what is lent.
+func (Resource) Fill(t *plugins.Tree, n plugins.Node) {
+	allMems, system, shared := n.Pools.Mems(), systemPool(n.Pools), n.Pools.Shared()
+	*t.Root() = merge(*t.Root(), plugins.Settings{CPUs: n.CPUs, Mems: allMems})
 	*t.Tier(qos.System) = merge(*t.Tier(qos.System), plugins.Settings{CPUs: system, Mems: allMems, CPUShares: sharesSystem})
-	*t.Tier(qos.Dedicated) = merge(*t.Tier(qos.Dedicated), plugins.Settings{CPUs: all, Mems: allMems, CPUShares: sharesOnline})
+	*t.Tier(qos.Dedicated) = merge(*t.Tier(qos.Dedicated), plugins.Settings{CPUs: n.CPUs, Mems: allMems, CPUShares: sharesOnline})
 	*t.Tier(qos.Shared) = merge(*t.Tier(qos.Shared), plugins.Settings{CPUs: shared, Mems: allMems, CPUShares: sharesOnline})
-	reclaimed := plugins.Settings{CPUs: pools.Reclaimed(), Mems: allMems, CPUQuota: lentMilli}
-	if idle {
+	reclaimed := plugins.Settings{CPUs: n.Pools.Reclaimed(), Mems: allMems, CPUQuota: n.LentMilliCPU}
+	if n.Idle {
 		reclaimed.CPUIdle = plugins.On
 	} else {
 		reclaimed.CPUShares = SharesReclaimed
 	}
 	*t.Tier(qos.Reclaimed) = merge(*t.Tier(qos.Reclaimed), reclaimed)
+}
+
+// Decide sets a workload's cpuset, priority and quota by tier: system runs on the system
+// pool; dedicated on its own cores (and with NUMA binding the memory nodes of those cores);
+// shared on the shared pool; reclaimed on the reclaimed pool at the lowest priority, capped
+// at what is lent (or its own smaller cap). A pod (a foreign Owner) keeps the kubelet's quota
+// unless it is reclaimed, and one the kubelet's CPU manager pinned (OwnerKubeletCPUManager) keeps its
+// cpusets.
+func (Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision) {
+	s := &d.Settings
+	allMems := n.Pools.Mems()
+	switch w.Tier {
+	case qos.System:
+		s.CPUs, s.Mems = systemPool(n.Pools), allMems
+	case qos.Dedicated:
+		s.CPUs, s.Mems = w.DedicatedCPUs, allMems
+		if w.NUMABinding {
+			s.Mems = cpuset.New()
+			for _, np := range n.Pools {
+				if !np.Dedicated.Intersection(w.DedicatedCPUs).IsEmpty() {
+					s.Mems = s.Mems.Union(cpuset.New(np.Node))
+				}
+			}
+		}
+	case qos.Shared:
+		s.CPUs, s.Mems = n.Pools.Shared(), allMems
+		s.CPUQuota = plugins.Unlimited
+		if w.MilliCPU > 0 {
+			s.CPUQuota = w.MilliCPU
+		}
+	case qos.Reclaimed:
+		s.CPUs, s.Mems = n.Pools.Reclaimed(), allMems
+		if n.Idle {
+			s.CPUIdle = plugins.On
+		} else {
+			s.CPUShares = SharesReclaimed
+		}
+		// Inside tidal's reclaimed tier the tier's cgroup caps what all of them use together
+		// (one write per change of lending); a pod sits outside it, so what is lent caps it
+		// itself. Its own cap may only be smaller (v1 refuses a child quota above its parent's).
+		s.CPUQuota = plugins.Unlimited
+		if w.Owner.Foreign() {
+			s.CPUQuota = n.LentMilliCPU
+		}
+		if w.MilliCPU > 0 {
+			s.CPUQuota = min(n.LentMilliCPU, w.MilliCPU)
+		}
+	}
+	if w.Owner.Foreign() && w.Tier != qos.Reclaimed {
+		s.CPUQuota = 0 // an online pod's CPU limit is the kubelet's
+	}
+	if !w.Owner.OwnsCPUSets() {
+		// The kubelet's CPU manager owns this pod's cpusets (static policy).
+		s.CPUs, s.Mems = cpuset.New(), cpuset.New()
+	}
+}
+
+// systemPool is where system work runs: the reserved CPUs, else (none reserved) the shared pool.
+func systemPool(p plugins.Pools) cpuset.CPUSet {
+	if system := p.System(); !system.IsEmpty() {
+		return system
+	}
+	return p.Shared()
 }
 
 // merge returns base with the CPU knobs of add laid over it.

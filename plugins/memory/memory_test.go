@@ -9,7 +9,7 @@ import (
 
 func TestFillLimits(t *testing.T) {
 	tree := plugins.NewTree("t", nil, nil)
-	Fill(tree, 4<<30)
+	Resource{}.Fill(tree, plugins.Node{LentMemory: 4 << 30})
 	if got := tree.Tier(qos.Reclaimed).MemoryLimit; got != 4<<30 {
 		t.Errorf("reclaimed tier limit = %d, want the lent 4Gi", got)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
-	"github.com/tidalqos/tidal/plugins/memory"
+	"github.com/tidalqos/tidal/plugins/policy"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -72,11 +72,11 @@ func (n *benchNode) tree(lentMilli int64) []plugins.Cgroup {
 	}
 	pools := cpu.ComputePools(n.topo, cpuset.New(), cpuset.New(), perNode)
 	t := plugins.NewTree(n.root, n.workloads, nil)
-	cpu.Fill(t, n.topo.AllCPUs(), pools, lentMilli, n.idle)
-	memory.Fill(t, 4<<30)
-	node := isolation.Node{Pools: pools, LentMilliCPU: lentMilli, LentMemory: 4 << 30, Idle: n.idle}
+	node := plugins.Node{CPUs: n.topo.AllCPUs(), Pools: pools, LentMilliCPU: lentMilli, LentMemory: 4 << 30, Idle: n.idle}
+	pol := policy.Default()
+	pol.Fill(t, node)
 	for _, w := range n.workloads {
-		*t.Workload(w) = isolation.Decide(w, node).Settings
+		*t.Workload(w) = pol.Decide(w, node).Settings
 	}
 	return t.Cgroups()
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/isolation/cri"
 	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/plugins/memory"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/tests/cri/critest"
 	"github.com/tidalqos/tidal/tests/testutil"
@@ -134,8 +135,8 @@ func reclaimedConfined(t *testing.T, layout *cgroupfs.Layout, rs runtimeapi.Runt
 	if m, _ := strconv.ParseInt(read(t, layout, "memory", cg, "memory.limit_in_bytes"), 10, 64); m <= 0 || m > 1<<50 {
 		t.Errorf("container memory limit %d, want what is lent", m)
 	}
-	if adj := oomScoreAdj(t, critest.ContainerPID(t, rs, id)); adj != isolation.ReclaimedOOMScoreAdj {
-		t.Errorf("oom_score_adj %d, want %d", adj, isolation.ReclaimedOOMScoreAdj)
+	if adj := oomScoreAdj(t, critest.ContainerPID(t, rs, id)); adj != memory.ReclaimedOOMScoreAdj {
+		t.Errorf("oom_score_adj %d, want %d", adj, memory.ReclaimedOOMScoreAdj)
 	}
 }
 
@@ -244,8 +245,8 @@ type failingDecider struct{}
 func (failingDecider) Sandbox(context.Context, isolation.Pod) error {
 	return errors.New("decider down")
 }
-func (failingDecider) Container(context.Context, isolation.Pod, string) (isolation.Decision, error) {
-	return isolation.Decision{}, errors.New("decider down")
+func (failingDecider) Container(context.Context, isolation.Pod, string) (plugins.Decision, error) {
+	return plugins.Decision{}, errors.New("decider down")
 }
 
 // Fail-open against a real runtime: with tidal's logic failing, the proxy forwards the calls

@@ -37,7 +37,7 @@ const cgroupGrace = 5 * time.Second
 type Options struct {
 	Node source.Node
 	// Decide is the agent's decision function for a workload, on the node as it is now.
-	Decide func(plugins.Workload) isolation.Decision
+	Decide func(plugins.Workload) plugins.Decision
 	// Reconcile writes the cgroups now (a pod's cgroup the kubelet just made).
 	Reconcile func() error
 	// Policy says who may claim the system and dedicated tiers (nil: everyone, as without
@@ -158,10 +158,10 @@ func (s *Source) Sandbox(_ context.Context, pod isolation.Pod) error {
 }
 
 // Container implements isolation.Decider.
-func (s *Source) Container(_ context.Context, pod isolation.Pod, _ string) (isolation.Decision, error) {
+func (s *Source) Container(_ context.Context, pod isolation.Pod, _ string) (plugins.Decision, error) {
 	r, _, ok := s.workload(pod)
 	if !ok {
-		return isolation.Decision{}, fmt.Errorf("pod %s/%s: no cgroup known for it", pod.Namespace, pod.Name)
+		return plugins.Decision{}, fmt.Errorf("pod %s/%s: no cgroup known for it", pod.Namespace, pod.Name)
 	}
 	return s.opts.Decide(r.Workload), nil
 }

@@ -1,0 +1,186 @@
+// Package translate turns a decision's settings into what each write path takes: the cgroup
+// writer's kernel values (v1, and v2 through Weight), a CRI LinuxContainerResources and an
+// NRI LinuxResources. Units, floors and the hooks' special cases live here only, so the
+// reconcile loop and the runtime hooks write the same values.
+package translate
+
+import (
+	"github.com/containerd/nri/pkg/api"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/tidalqos/tidal/plugins"
+)
+
+const (
+	// PeriodMicros is the CFS period every path writes (the kernel's default).
+	PeriodMicros = 100_000
+	// MinQuotaMicros is the smallest CFS quota the kernel takes (1 ms); a smaller one is
+	// refused with EINVAL, by the writer and by the runtime alike.
+	MinQuotaMicros = 1000
+	// MinShares and MaxShares are the kernel's bounds for cpu.shares: it silently clamps
+	// others, so writing them would read back as drift.
+	MinShares = 2
+	MaxShares = 262144
+)
+
+// Cgroup is one cgroup's settings in kernel units, as the writer puts them in the files.
+// A zero field leaves its file alone.
+type Cgroup struct {
+	CPUs, Mems string // cpuset lists in canonical form ("0-3,8")
+	Idle       plugins.Toggle
+	// Shares is cpu.shares in v1 units (MinShares..MaxShares); v2's cpu.weight is
+	// Weight(Shares).
+	Shares uint64
+	// Quota is the CFS quota in µs per PeriodMicros (at least MinQuotaMicros); -1 lifts it.
+	Quota int64
+	// Memory is the memory limit in bytes; -1 lifts it.
+	Memory  int64
+	Devices []string
+}
+
+// ToCgroup is what the writer puts in a cgroup for s.
+func ToCgroup(s plugins.Settings) Cgroup {
+	c := Cgroup{Idle: s.CPUIdle, Devices: s.Devices}
+	if !s.CPUs.IsEmpty() {
+		c.CPUs = s.CPUs.String()
+	}
+	if !s.Mems.IsEmpty() {
+		c.Mems = s.Mems.String()
+	}
+	if s.CPUShares != 0 {
+		c.Shares = min(max(s.CPUShares, MinShares), MaxShares)
+	}
+	c.Quota = QuotaMicros(s.CPUQuota)
+	if s.MemoryLimit != 0 {
+		c.Memory = max(s.MemoryLimit, plugins.Unlimited)
+	}
+	return c
+}
+
+// QuotaMicros turns a quota in millicores into µs per PeriodMicros: 0 stays 0 (leave), a
+// negative one is -1 (unlimited), and a positive one is at least MinQuotaMicros.
+func QuotaMicros(milli int64) int64 {
+	switch {
+	case milli == 0:
+		return 0
+	case milli < 0:
+		return -1
+	}
+	return max(milli*PeriodMicros/1000, MinQuotaMicros)
+}
+
+// Weight maps cgroup v1 shares to v2 cpu.weight (1..10000) the way runc has for the shares
+// a runtime is given, so a weight tidal writes and one the runtime derives from the CRI or
+// NRI shares agree. 0 stays 0.
+func Weight(shares uint64) uint64 {
+	if shares == 0 {
+		return 0
+	}
+	shares = min(max(shares, MinShares), MaxShares)
+	return 1 + ((shares-2)*9999)/262142
+}
+
+// MilliCPU turns CFS quota and period, or else CPU shares (1024 a CPU, as the kubelet
+// gives them), into millicores; 0 when neither says anything.
+func MilliCPU(quota, period, shares int64) int64 {
+	if quota > 0 && period > 0 {
+		return quota * 1000 / period
+	}
+	if shares > MinShares {
+		return shares * 1000 / 1024
+	}
+	return 0
+}
+
+// Container is a container's resources as a runtime hook passes them: CRI and NRI carry the
+// same fields in the same units, so both are made from this. A zero field is left as the
+// runtime has it.
+type Container struct {
+	CPUs, Mems string
+	Shares     uint64 // v1 units; on v2 the runtime converts them with Weight
+	Quota      int64  // µs per Period, or -1
+	Period     uint64
+	Memory     int64
+	// Unified are cgroup v2 files with no field of their own (cpu.idle).
+	Unified map[string]string
+}
+
+// ToContainer is what a runtime hook passes for s, the same values as ToCgroup but for
+// cpu.idle, which runtimes have no field for: on v2 it goes as a unified resource; on v1
+// (where runc refuses unified resources) the pod's cgroup carries it, written by the agent,
+// and the container gets the smallest share under it.
+func ToContainer(s plugins.Settings, cgroupV2 bool) Container {
+	cg := ToCgroup(s)
+	c := Container{CPUs: cg.CPUs, Mems: cg.Mems, Shares: cg.Shares, Quota: cg.Quota, Memory: cg.Memory}
+	if c.Quota != 0 {
+		c.Period = PeriodMicros
+	}
+	switch {
+	case cg.Idle != plugins.Unset && cgroupV2:
+		c.Unified = map[string]string{"cpu.idle": "0"}
+		if cg.Idle == plugins.On {
+			c.Unified["cpu.idle"] = "1"
+		}
+	case cg.Idle == plugins.On:
+		c.Shares = MinShares
+	}
+	return c
+}
+
+// IsZero says whether c changes nothing.
+func (c Container) IsZero() bool {
+	return c.CPUs == "" && c.Mems == "" && c.Shares == 0 && c.Quota == 0 && c.Memory == 0 && len(c.Unified) == 0
+}
+
+// CRI lays c over a CRI container's resources.
+func (c Container) CRI(r *runtimeapi.LinuxContainerResources) {
+	if c.CPUs != "" {
+		r.CpusetCpus = c.CPUs
+	}
+	if c.Mems != "" {
+		r.CpusetMems = c.Mems
+	}
+	if c.Shares != 0 {
+		r.CpuShares = int64(c.Shares)
+	}
+	if c.Quota != 0 {
+		r.CpuQuota, r.CpuPeriod = c.Quota, int64(c.Period)
+	}
+	if c.Memory != 0 {
+		r.MemoryLimitInBytes = c.Memory
+	}
+	for k, v := range c.Unified {
+		if r.Unified == nil {
+			r.Unified = map[string]string{}
+		}
+		r.Unified[k] = v
+	}
+}
+
+// NRI is c as NRI resources, for a container adjustment or update; nil when c changes
+// nothing.
+func (c Container) NRI() *api.LinuxResources {
+	if c.IsZero() {
+		return nil
+	}
+	r := &api.LinuxResources{}
+	if c.CPUs != "" || c.Mems != "" || c.Shares != 0 || c.Quota != 0 {
+		r.Cpu = &api.LinuxCPU{Cpus: c.CPUs, Mems: c.Mems}
+		if c.Shares != 0 {
+			r.Cpu.Shares = api.UInt64(c.Shares)
+		}
+		if c.Quota != 0 {
+			r.Cpu.Quota, r.Cpu.Period = api.Int64(c.Quota), api.UInt64(c.Period)
+		}
+	}
+	if c.Memory != 0 {
+		r.Memory = &api.LinuxMemory{Limit: api.Int64(c.Memory)}
+	}
+	if len(c.Unified) > 0 {
+		r.Unified = make(map[string]string, len(c.Unified))
+		for k, v := range c.Unified {
+			r.Unified[k] = v
+		}
+	}
+	return r
+}
