@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Client is what an agent uses to report to the arbiter.
@@ -90,7 +90,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	}
 	if resp.StatusCode != http.StatusOK {
 		var eb errorBody
-		apiErr := &APIError{StatusCode: resp.StatusCode, Message: strings.TrimSpace(config.Clip(string(data)))}
+		apiErr := &APIError{StatusCode: resp.StatusCode, Message: strings.TrimSpace(yamlconf.Clip(string(data)))}
 		if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
 			apiErr.Message = eb.Error
 			for _, f := range eb.Fields {

@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Config is the configuration of the `tidal arbiter` process, read from YAML by LoadConfig.
@@ -137,7 +137,7 @@ func ParseConfig(name string, data []byte) (Config, error) {
 	}
 	optPath := func(dst *string, example string) func(v *yaml.Node, key string, line int) {
 		return func(v *yaml.Node, key string, line int) {
-			if config.IsNull(v) {
+			if yamlconf.IsNull(v) {
 				*dst = ""
 				return
 			}
@@ -185,7 +185,7 @@ func ParseConfig(name string, data []byte) (Config, error) {
 			{name: "maxReportBytes", decode: func(v *yaml.Node, key string, line int) {
 				if n, ok := d.size(v, key, line, `a size in [4Ki, 64Mi], such as "1Mi"`, 64<<20); ok {
 					if n < 4<<10 {
-						d.errorf(line, key, "%s is out of range: want a size in [4Ki, 64Mi], such as \"1Mi\"", config.DescribeNode(v))
+						d.errorf(line, key, "%s is out of range: want a size in [4Ki, 64Mi], such as \"1Mi\"", yamlconf.DescribeNode(v))
 						return
 					}
 					c.MaxReportBytes = n
@@ -251,7 +251,7 @@ func parseKubernetes(d *yamlDoc, v *yaml.Node, prefix string, line int, k *Kuber
 	}
 	d.mapping(v, prefix, line, []field{
 		{name: "kubeconfig", decode: func(v *yaml.Node, key string, line int) {
-			if config.IsNull(v) {
+			if yamlconf.IsNull(v) {
 				k.Kubeconfig = ""
 				return
 			}
@@ -267,8 +267,8 @@ func parseKubernetes(d *yamlDoc, v *yaml.Node, prefix string, line int, k *Kuber
 		{name: "audiences", decode: func(v *yaml.Node, key string, line int) {
 			want := `a list of token audiences such as ["tidal-arbiter"], or [] for the API server's own`
 			k.Audiences = []string{}
-			if !config.IsNull(v) && v.Kind != yaml.SequenceNode {
-				d.errorf(line, key, "got %s: want %s", config.DescribeNode(v), want)
+			if !yamlconf.IsNull(v) && v.Kind != yaml.SequenceNode {
+				d.errorf(line, key, "got %s: want %s", yamlconf.DescribeNode(v), want)
 				return
 			}
 			d.list(v, key, line, want, func(item *yaml.Node, key string, line int) {

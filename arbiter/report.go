@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Report is what an agent tells the arbiter on every interval: what the node has, what online
@@ -195,9 +195,9 @@ func (r *Report) Validate(now time.Time, maxSkew time.Duration) error {
 		for j, u := range n.Lendable.GPUUUIDs {
 			f := fmt.Sprintf("%s.lendable.gpuUUIDs[%d]", p, j)
 			if !nodeGPUs[u] {
-				c.addf(f, "%q is not in lendable.gpuUUIDs: want a subset of the node's lendable GPUs", config.Clip(u))
+				c.addf(f, "%q is not in lendable.gpuUUIDs: want a subset of the node's lendable GPUs", yamlconf.Clip(u))
 			} else if other, dup := gpuNUMA[u]; dup && other != i {
-				c.addf(f, "%q is also on numa[%d]: want each GPU on one NUMA node", config.Clip(u), other)
+				c.addf(f, "%q is also on numa[%d]: want each GPU on one NUMA node", yamlconf.Clip(u), other)
 			}
 			gpuNUMA[u] = i
 		}
@@ -277,7 +277,7 @@ func checkUUID(u string) string {
 	}
 	for i := 0; i < len(u); i++ {
 		if u[i] <= ' ' || u[i] > '~' {
-			return fmt.Sprintf("%q has a character at %d that is not printable ASCII: want a GPU UUID such as \"GPU-5c1a...\"", config.Clip(u), i)
+			return fmt.Sprintf("%q has a character at %d that is not printable ASCII: want a GPU UUID such as \"GPU-5c1a...\"", yamlconf.Clip(u), i)
 		}
 	}
 	return ""
@@ -290,7 +290,7 @@ func checkNodeName(s string) string {
 		return "missing: want the node's name"
 	}
 	if len(s) > 253 || !dnsSubdomain(s) {
-		return fmt.Sprintf("%q is not a valid node name: want a DNS subdomain (lowercase letters, digits, '-' and '.'; at most 253 characters)", config.Clip(s))
+		return fmt.Sprintf("%q is not a valid node name: want a DNS subdomain (lowercase letters, digits, '-' and '.'; at most 253 characters)", yamlconf.Clip(s))
 	}
 	return ""
 }
@@ -318,15 +318,15 @@ func checkLabel(k, v string) string {
 	name := k
 	if prefix, rest, ok := strings.Cut(k, "/"); ok {
 		if len(prefix) > 253 || !dnsSubdomain(prefix) {
-			return fmt.Sprintf("key %q has an invalid prefix: want a DNS subdomain such as \"tidalqos.io\"", config.Clip(k))
+			return fmt.Sprintf("key %q has an invalid prefix: want a DNS subdomain such as \"tidalqos.io\"", yamlconf.Clip(k))
 		}
 		name = rest
 	}
 	if !labelValue(name) || name == "" {
-		return fmt.Sprintf("key %q is not a valid label key: want [prefix/]name, name of 1..63 letters, digits, '-', '_', '.'", config.Clip(k))
+		return fmt.Sprintf("key %q is not a valid label key: want [prefix/]name, name of 1..63 letters, digits, '-', '_', '.'", yamlconf.Clip(k))
 	}
 	if !labelValue(v) {
-		return fmt.Sprintf("value %q is not a valid label value: want at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit", config.Clip(v))
+		return fmt.Sprintf("value %q is not a valid label value: want at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit", yamlconf.Clip(v))
 	}
 	return ""
 }

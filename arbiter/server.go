@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Options configure a Server. Policy and Auth are required; zero durations take the defaults.
@@ -388,7 +388,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) string {
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, http.StatusUnsupportedMediaType, FieldErrors{{Msg: fmt.Sprintf("Content-Type %q: want application/json", config.Clip(ct))}})
+			writeError(w, http.StatusUnsupportedMediaType, FieldErrors{{Msg: fmt.Sprintf("Content-Type %q: want application/json", yamlconf.Clip(ct))}})
 			return resultBadMediaType
 		}
 	}
@@ -403,7 +403,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) string {
 		return resultInvalid
 	}
 	if report.Node != node {
-		writeError(w, http.StatusForbidden, FieldErrors{{Field: "node", Msg: fmt.Sprintf("%q: these credentials are bound to node %q", config.Clip(report.Node), node)}})
+		writeError(w, http.StatusForbidden, FieldErrors{{Field: "node", Msg: fmt.Sprintf("%q: these credentials are bound to node %q", yamlconf.Clip(report.Node), node)}})
 		return resultForbidden
 	}
 	now := s.now()
@@ -470,7 +470,7 @@ func (s *Server) writeNotLeader(w http.ResponseWriter) {
 	}
 	w.Header().Set("Retry-After", "2")
 	writeError(w, http.StatusServiceUnavailable, FieldErrors{{Msg: fmt.Sprintf(
-		"this arbiter replica is not the leader (the leader is %s): only the leader decides; the Service routes to it once it is ready", config.Clip(leader))}})
+		"this arbiter replica is not the leader (the leader is %s): only the leader decides; the Service routes to it once it is ready", yamlconf.Clip(leader))}})
 }
 
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
@@ -480,7 +480,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 	n, ok := s.view.Node(r.PathValue("name"), s.now())
 	if !ok {
-		writeError(w, http.StatusNotFound, FieldErrors{{Field: "name", Msg: fmt.Sprintf("no node %q in the view", config.Clip(r.PathValue("name")))}})
+		writeError(w, http.StatusNotFound, FieldErrors{{Field: "name", Msg: fmt.Sprintf("no node %q in the view", yamlconf.Clip(r.PathValue("name")))}})
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
@@ -499,7 +499,7 @@ func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, FieldErrors{{Field: "name", Msg: fmt.Sprintf("no queue %q in the policy or the leases", config.Clip(name))}})
+	writeError(w, http.StatusNotFound, FieldErrors{{Field: "name", Msg: fmt.Sprintf("no queue %q in the policy or the leases", yamlconf.Clip(name))}})
 }
 
 // PolicyInfo describes the policy in force in GET /v1/rules.
