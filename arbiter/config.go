@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
@@ -261,7 +262,7 @@ func parseKubernetes(d *yamlDoc, v *yaml.Node, prefix string, line int, k *Kuber
 		}},
 		{name: "namespace", decode: name(&k.Namespace, `a namespace name such as "tidal-system"`, dnsLabel)},
 		{name: "policyConfigMap", decode: name(&k.PolicyConfigMap, `a ConfigMap name such as "tidal-arbiter-policy"`, func(s string) bool {
-			return len(s) <= 253 && dnsSubdomain(s)
+			return len(s) <= 253 && arbiterapi.IsDNSSubdomain(s)
 		})},
 		{name: "agentServiceAccount", decode: name(&k.AgentServiceAccount, `a ServiceAccount user name such as "system:serviceaccount:tidal-system:tidal-agent"`, validServiceAccountUser)},
 		{name: "audiences", decode: func(v *yaml.Node, key string, line int) {
@@ -281,7 +282,7 @@ func parseKubernetes(d *yamlDoc, v *yaml.Node, prefix string, line int, k *Kuber
 		}},
 		{name: "tokenCacheTTL", decode: dur(&k.TokenCacheTTL, 0, 10*time.Minute, "1m")},
 		{name: "leaseName", decode: name(&k.LeaseName, `a Lease name such as "tidal-arbiter"`, func(s string) bool {
-			return len(s) <= 253 && dnsSubdomain(s)
+			return len(s) <= 253 && arbiterapi.IsDNSSubdomain(s)
 		})},
 		{name: "leaseDuration", decode: track("leaseDuration", dur(&k.LeaseDuration, time.Second, 5*time.Minute, "15s"))},
 		{name: "renewDeadline", decode: track("renewDeadline", dur(&k.RenewDeadline, 500*time.Millisecond, 5*time.Minute, "10s"))},
@@ -305,13 +306,15 @@ func parseKubernetes(d *yamlDoc, v *yaml.Node, prefix string, line int, k *Kuber
 
 // dnsLabel accepts a DNS label (a namespace name): lowercase letters, digits and '-', at most
 // 63 characters, starting and ending with a letter or digit.
-func dnsLabel(s string) bool { return len(s) <= 63 && !strings.Contains(s, ".") && dnsSubdomain(s) }
+func dnsLabel(s string) bool {
+	return len(s) <= 63 && !strings.Contains(s, ".") && arbiterapi.IsDNSSubdomain(s)
+}
 
 // validServiceAccountUser accepts "system:serviceaccount:NAMESPACE:NAME".
 func validServiceAccountUser(s string) bool {
 	rest, ok := strings.CutPrefix(s, "system:serviceaccount:")
 	ns, name, ok2 := strings.Cut(rest, ":")
-	return ok && ok2 && dnsLabel(ns) && len(name) <= 253 && dnsSubdomain(name)
+	return ok && ok2 && dnsLabel(ns) && len(name) <= 253 && arbiterapi.IsDNSSubdomain(name)
 }
 
 func validHostPort(s string) bool {

@@ -1,4 +1,4 @@
-package arbiter
+package arbiterapi
 
 import (
 	"encoding/json"

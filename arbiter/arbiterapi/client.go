@@ -1,4 +1,4 @@
-package arbiter
+package arbiterapi
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 // Client is what an agent uses to report to the arbiter.
 //
-//	c := &arbiter.Client{URL: "http://arbiter:9480", Token: token, NodeName: "node-a"}
+//	c := &arbiterapi.Client{URL: "http://arbiter:9480", Token: token, NodeName: "node-a"}
 //	lease, err := c.Report(ctx, report)
 //
 // On error the agent keeps the lease it holds until that lease expires, and lends nothing
@@ -89,7 +89,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		return fmt.Errorf("arbiter: reading the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var eb errorBody
+		var eb ErrorBody
 		apiErr := &APIError{StatusCode: resp.StatusCode, Message: strings.TrimSpace(yamlconf.Clip(string(data)))}
 		if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
 			apiErr.Message = eb.Error
