@@ -30,9 +30,9 @@ import (
 
 	"github.com/tidalqos/tidal/agent"
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/workload"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
-	"github.com/tidalqos/tidal/tests/workload"
 )
 
 // The load schedule as shares of --duration: low, spike, then low again (the rest).

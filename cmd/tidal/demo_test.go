@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidalqos/tidal/internal/workload"
 	"github.com/tidalqos/tidal/reporter"
-	"github.com/tidalqos/tidal/tests/workload"
 )
 
 func TestDemoScheduleScalesPhases(t *testing.T) {

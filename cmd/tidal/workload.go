@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/tidalqos/tidal/internal/workload"
 	"github.com/tidalqos/tidal/internal/yamlconf"
-	"github.com/tidalqos/tidal/tests/workload"
 )
 
 // runWorkload runs one of the demo and benchmark workloads (hidden: `tidal workload KIND`).
