@@ -13,8 +13,9 @@ import (
 )
 
 // Error is one problem in a file the arbiter reads (the policy, the tokens file, its own
-// config): where it is and what is wrong, in the agent config's format. Parsers return one
-// Error per problem, joined with errors.Join, one per line, sorted by line.
+// config): where it is and what is wrong, in the same format as the agent's config (both use
+// internal/yamlconf). Parsers return one Error per problem, joined with errors.Join, one per
+// line, sorted by line.
 type Error = yamlconf.Error
 
 // yamlDoc decodes one YAML file by hand, node by node, so that every problem carries its line
