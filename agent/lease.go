@@ -10,7 +10,7 @@ import (
 
 	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/agent/state"
-	"github.com/tidalqos/tidal/arbiter"
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/eviction"
 	"github.com/tidalqos/tidal/qos"
@@ -23,12 +23,12 @@ import (
 // lease grants: nothing before the first lease, and nothing once the lease has expired
 // (the arbiter unreachable), the safe default.
 type leasing struct {
-	client *arbiter.Client
+	client *arbiterapi.Client
 	// tokenFile is read again when it changes: a projected ServiceAccount token rotates.
 	tokenFile string
 	tokenMod  time.Time
 	labels    map[string]string
-	lease     arbiter.Lease
+	lease     arbiterapi.Lease
 	// expires is the lease's end on the agent's own clock (received + the lease's TTL), so a
 	// skew between the two clocks does not stretch it.
 	expires  time.Time
@@ -45,7 +45,7 @@ func newLeasing(cfg config.Config) (*leasing, error) {
 		return nil, fmt.Errorf("arbiter.nodeLabels: %w", err)
 	}
 	l := &leasing{
-		client:    &arbiter.Client{URL: cfg.Arbiter.URL, NodeName: cfg.NodeName},
+		client:    &arbiterapi.Client{URL: cfg.Arbiter.URL, NodeName: cfg.NodeName},
 		tokenFile: cfg.Arbiter.TokenFile,
 		labels:    labels,
 	}
@@ -75,11 +75,11 @@ func (l *leasing) refreshToken() error {
 }
 
 // active returns the grants in effect now, by the agent's clock.
-func (l *leasing) active(now time.Time) []arbiter.Grant {
+func (l *leasing) active(now time.Time) []arbiterapi.Grant {
 	if !now.Before(l.expires) {
 		return nil
 	}
-	var out []arbiter.Grant
+	var out []arbiterapi.Grant
 	for _, g := range l.lease.Grants {
 		// Until is on the arbiter's clock: shift it by the same offset as the expiry.
 		if now.Before(g.Until.Add(l.expires.Sub(l.lease.Expires))) {
@@ -90,8 +90,8 @@ func (l *leasing) active(now time.Time) []arbiter.Grant {
 }
 
 // granted sums the active grants.
-func (l *leasing) granted(now time.Time) arbiter.Resources {
-	var sum arbiter.Resources
+func (l *leasing) granted(now time.Time) arbiterapi.Resources {
+	var sum arbiterapi.Resources
 	for _, g := range l.active(now) {
 		sum = sum.Add(g.Resources())
 	}
@@ -155,7 +155,7 @@ func (a *Agent) reportOnce(ctx context.Context) {
 
 // reportLocked describes the node for the arbiter: capacity, online use and prediction, what
 // it could lend by its own advisor (the arbiter caps it), per NUMA node.
-func (a *Agent) reportLocked(now time.Time, snap state.Snapshot) arbiter.Report {
+func (a *Agent) reportLocked(now time.Time, snap state.Snapshot) arbiterapi.Report {
 	plan := a.advisor.Plan()
 	demand := a.advisor.Demand()
 	var lendableGPUs []string
@@ -166,10 +166,10 @@ func (a *Agent) reportLocked(now time.Time, snap state.Snapshot) arbiter.Report 
 		}
 	}
 	sort.Strings(lendableGPUs)
-	r := arbiter.Report{
+	r := arbiterapi.Report{
 		Node: a.cfg.NodeName, Labels: a.lease.labels, Time: now,
-		Capacity: arbiter.Resources{MilliCPU: int64(a.topo.AllCPUs().Size()) * 1000, MemoryBytes: a.memTotal, GPUs: len(gpus)},
-		Lendable: arbiter.Lendable{GPUs: len(lendableGPUs), GPUUUIDs: lendableGPUs},
+		Capacity: arbiterapi.Resources{MilliCPU: int64(a.topo.AllCPUs().Size()) * 1000, MemoryBytes: a.memTotal, GPUs: len(gpus)},
+		Lendable: arbiterapi.Lendable{GPUs: len(lendableGPUs), GPUUUIDs: lendableGPUs},
 	}
 	if r.Lendable.GPUUUIDs == nil {
 		r.Lendable.GPUUUIDs = []string{}
@@ -181,14 +181,14 @@ func (a *Agent) reportLocked(now time.Time, snap state.Snapshot) arbiter.Report 
 	var pool, used int64
 	for _, np := range a.pools {
 		nodePool := int64(np.Shared.Size()) * 1000
-		n := arbiter.NUMANode{ID: np.Node,
-			Capacity: arbiter.Resources{MilliCPU: int64(a.topo.CPUsOfNUMA(np.Node).Size()) * 1000},
-			Online: arbiter.Online{
-				Used:        arbiter.Usage{MilliCPU: min(a.online[np.Node], nodePool)},
-				Predicted:   arbiter.Usage{MilliCPU: min(demand[np.Node], nodePool)},
+		n := arbiterapi.NUMANode{ID: np.Node,
+			Capacity: arbiterapi.Resources{MilliCPU: int64(a.topo.CPUsOfNUMA(np.Node).Size()) * 1000},
+			Online: arbiterapi.Online{
+				Used:        arbiterapi.Usage{MilliCPU: min(a.online[np.Node], nodePool)},
+				Predicted:   arbiterapi.Usage{MilliCPU: min(demand[np.Node], nodePool)},
 				Utilization: ratio(a.online[np.Node], nodePool),
 			},
-			Lendable: arbiter.Lendable{GPUUUIDs: []string{}},
+			Lendable: arbiterapi.Lendable{GPUUUIDs: []string{}},
 		}
 		if r.Lendable.MilliCPU > 0 {
 			n.Lendable.MilliCPU = plan.ReclaimedMilliCPU[np.Node]
@@ -198,7 +198,7 @@ func (a *Agent) reportLocked(now time.Time, snap state.Snapshot) arbiter.Report 
 		r.Online.Predicted.MilliCPU += n.Online.Predicted.MilliCPU
 		r.NUMA = append(r.NUMA, n)
 	}
-	r.Online.Used = arbiter.Usage{MilliCPU: used, MemoryBytes: min(a.memOnline, a.memTotal)}
+	r.Online.Used = arbiterapi.Usage{MilliCPU: used, MemoryBytes: min(a.memOnline, a.memTotal)}
 	r.Online.Predicted.MemoryBytes = min(a.advisor.MemoryDemand(), a.memTotal)
 	r.Online.Utilization = ratio(used, pool)
 	return r
@@ -284,7 +284,7 @@ func (a *Agent) enforceLease(ctx context.Context, now time.Time) {
 const maxLeaseReports = 10
 
 // checkLease refuses a lease with negative amounts or a lifetime the agent will not honour.
-func checkLease(l arbiter.Lease, interval time.Duration) error {
+func checkLease(l arbiterapi.Lease, interval time.Duration) error {
 	if ttl := l.Expires.Sub(l.Issued); ttl <= 0 || ttl > maxLeaseReports*interval {
 		return fmt.Errorf("lease generation %d lasts %v: want (0, %v]", l.Generation, ttl, maxLeaseReports*interval)
 	}
@@ -307,7 +307,7 @@ func leaseState(l *leasing, now time.Time) string {
 	}
 }
 
-func leasedGPUs(grants []arbiter.Grant) []string {
+func leasedGPUs(grants []arbiterapi.Grant) []string {
 	var out []string
 	for _, g := range grants {
 		out = append(out, g.GPUs...)
@@ -315,7 +315,7 @@ func leasedGPUs(grants []arbiter.Grant) []string {
 	return out
 }
 
-func describeLease(l arbiter.Lease) string {
+func describeLease(l arbiterapi.Lease) string {
 	if len(l.Grants) == 0 {
 		return fmt.Sprintf("generation %d: nothing lent", l.Generation)
 	}

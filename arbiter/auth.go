@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // Authenticator says who sent a request. It returns the name of the node the request's
@@ -135,7 +137,7 @@ func ParseTokens(name string, data []byte) (map[string]string, error) {
 	want := fmt.Sprintf("a token of at least %d printable characters without white space", MinTokenLen)
 	owner := map[string]string{}
 	tokens, _ := d.stringMap(root, "", 1, want, func(node, tok string) string {
-		if msg := checkNodeName(node); msg != "" {
+		if msg := arbiterapi.CheckNodeName(node); msg != "" {
 			return msg
 		}
 		if len(tok) < MinTokenLen {

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // BenchmarkArbiter10k: simulated nodes report on an interval to one arbiter over loopback.
@@ -165,7 +167,7 @@ func procStatusKiB(key string) int64 {
 type simNode struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
-	report Report
+	report arbiterapi.Report
 	token  string
 }
 
@@ -186,16 +188,16 @@ func newSimNode(i int) *simNode {
 	for g := range gpus {
 		uuids = append(uuids, fmt.Sprintf("GPU-%08x-%04x-%04x", i, g, i^g))
 	}
-	r := Report{
+	r := arbiterapi.Report{
 		Node:     name,
 		Labels:   labels,
-		Capacity: Resources{MilliCPU: 64000, MemoryBytes: 256 * gi, GPUs: gpus},
-		Lendable: Lendable{GPUs: gpus, GPUUUIDs: uuids},
+		Capacity: arbiterapi.Resources{MilliCPU: 64000, MemoryBytes: 256 * gi, GPUs: gpus},
+		Lendable: arbiterapi.Lendable{GPUs: gpus, GPUUUIDs: uuids},
 	}
 	for n := range 2 {
 		half := uuids[n*gpus/2 : (n+1)*gpus/2]
-		r.NUMA = append(r.NUMA, NUMANode{ID: n, Capacity: Resources{MilliCPU: 32000, MemoryBytes: 128 * gi, GPUs: gpus / 2},
-			Lendable: Lendable{GPUs: len(half), GPUUUIDs: half}})
+		r.NUMA = append(r.NUMA, arbiterapi.NUMANode{ID: n, Capacity: arbiterapi.Resources{MilliCPU: 32000, MemoryBytes: 128 * gi, GPUs: gpus / 2},
+			Lendable: arbiterapi.Lendable{GPUs: len(half), GPUUUIDs: half}})
 	}
 	return &simNode{rng: rand.New(rand.NewPCG(uint64(i), 7)), report: r, token: tokenOf(name)}
 }
@@ -208,11 +210,11 @@ func (n *simNode) body() []byte {
 	util := 0.2 + 0.6*n.rng.Float64()
 	used := int64(util * 64000)
 	r.Time = time.Now()
-	r.Online = Online{Used: Usage{used, 64 * gi}, Predicted: Usage{min(used+8000, 64000), 96 * gi}, Utilization: util}
+	r.Online = arbiterapi.Online{Used: arbiterapi.Usage{MilliCPU: used, MemoryBytes: 64 * gi}, Predicted: arbiterapi.Usage{MilliCPU: min(used+8000, 64000), MemoryBytes: 96 * gi}, Utilization: util}
 	r.Lendable.MilliCPU = 64000 - r.Online.Predicted.MilliCPU
 	r.Lendable.MemoryBytes = 256*gi - r.Online.Predicted.MemoryBytes
 	for i := range r.NUMA {
-		r.NUMA[i].Online = Online{Used: Usage{used / 2, 32 * gi}, Predicted: Usage{r.Online.Predicted.MilliCPU / 2, 48 * gi}, Utilization: util}
+		r.NUMA[i].Online = arbiterapi.Online{Used: arbiterapi.Usage{MilliCPU: used / 2, MemoryBytes: 32 * gi}, Predicted: arbiterapi.Usage{MilliCPU: r.Online.Predicted.MilliCPU / 2, MemoryBytes: 48 * gi}, Utilization: util}
 		r.NUMA[i].Lendable.MilliCPU = r.Lendable.MilliCPU / 2
 		r.NUMA[i].Lendable.MemoryBytes = r.Lendable.MemoryBytes / 2
 	}

@@ -10,7 +10,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Config is the configuration of the `tidal arbiter` process, read from YAML by LoadConfig.
@@ -137,7 +138,7 @@ func ParseConfig(name string, data []byte) (Config, error) {
 	}
 	optPath := func(dst *string, example string) func(v *yaml.Node, key string, line int) {
 		return func(v *yaml.Node, key string, line int) {
-			if config.IsNull(v) {
+			if yamlconf.IsNull(v) {
 				*dst = ""
 				return
 			}
@@ -185,7 +186,7 @@ func ParseConfig(name string, data []byte) (Config, error) {
 			{name: "maxReportBytes", decode: func(v *yaml.Node, key string, line int) {
 				if n, ok := d.size(v, key, line, `a size in [4Ki, 64Mi], such as "1Mi"`, 64<<20); ok {
 					if n < 4<<10 {
-						d.errorf(line, key, "%s is out of range: want a size in [4Ki, 64Mi], such as \"1Mi\"", config.DescribeNode(v))
+						d.errorf(line, key, "%s is out of range: want a size in [4Ki, 64Mi], such as \"1Mi\"", yamlconf.DescribeNode(v))
 						return
 					}
 					c.MaxReportBytes = n
@@ -251,7 +252,7 @@ func parseKubernetes(d *yamlDoc, v *yaml.Node, prefix string, line int, k *Kuber
 	}
 	d.mapping(v, prefix, line, []field{
 		{name: "kubeconfig", decode: func(v *yaml.Node, key string, line int) {
-			if config.IsNull(v) {
+			if yamlconf.IsNull(v) {
 				k.Kubeconfig = ""
 				return
 			}
@@ -261,14 +262,14 @@ func parseKubernetes(d *yamlDoc, v *yaml.Node, prefix string, line int, k *Kuber
 		}},
 		{name: "namespace", decode: name(&k.Namespace, `a namespace name such as "tidal-system"`, dnsLabel)},
 		{name: "policyConfigMap", decode: name(&k.PolicyConfigMap, `a ConfigMap name such as "tidal-arbiter-policy"`, func(s string) bool {
-			return len(s) <= 253 && dnsSubdomain(s)
+			return len(s) <= 253 && arbiterapi.IsDNSSubdomain(s)
 		})},
 		{name: "agentServiceAccount", decode: name(&k.AgentServiceAccount, `a ServiceAccount user name such as "system:serviceaccount:tidal-system:tidal-agent"`, validServiceAccountUser)},
 		{name: "audiences", decode: func(v *yaml.Node, key string, line int) {
 			want := `a list of token audiences such as ["tidal-arbiter"], or [] for the API server's own`
 			k.Audiences = []string{}
-			if !config.IsNull(v) && v.Kind != yaml.SequenceNode {
-				d.errorf(line, key, "got %s: want %s", config.DescribeNode(v), want)
+			if !yamlconf.IsNull(v) && v.Kind != yaml.SequenceNode {
+				d.errorf(line, key, "got %s: want %s", yamlconf.DescribeNode(v), want)
 				return
 			}
 			d.list(v, key, line, want, func(item *yaml.Node, key string, line int) {
@@ -281,7 +282,7 @@ func parseKubernetes(d *yamlDoc, v *yaml.Node, prefix string, line int, k *Kuber
 		}},
 		{name: "tokenCacheTTL", decode: dur(&k.TokenCacheTTL, 0, 10*time.Minute, "1m")},
 		{name: "leaseName", decode: name(&k.LeaseName, `a Lease name such as "tidal-arbiter"`, func(s string) bool {
-			return len(s) <= 253 && dnsSubdomain(s)
+			return len(s) <= 253 && arbiterapi.IsDNSSubdomain(s)
 		})},
 		{name: "leaseDuration", decode: track("leaseDuration", dur(&k.LeaseDuration, time.Second, 5*time.Minute, "15s"))},
 		{name: "renewDeadline", decode: track("renewDeadline", dur(&k.RenewDeadline, 500*time.Millisecond, 5*time.Minute, "10s"))},
@@ -305,13 +306,15 @@ func parseKubernetes(d *yamlDoc, v *yaml.Node, prefix string, line int, k *Kuber
 
 // dnsLabel accepts a DNS label (a namespace name): lowercase letters, digits and '-', at most
 // 63 characters, starting and ending with a letter or digit.
-func dnsLabel(s string) bool { return len(s) <= 63 && !strings.Contains(s, ".") && dnsSubdomain(s) }
+func dnsLabel(s string) bool {
+	return len(s) <= 63 && !strings.Contains(s, ".") && arbiterapi.IsDNSSubdomain(s)
+}
 
 // validServiceAccountUser accepts "system:serviceaccount:NAMESPACE:NAME".
 func validServiceAccountUser(s string) bool {
 	rest, ok := strings.CutPrefix(s, "system:serviceaccount:")
 	ns, name, ok2 := strings.Cut(rest, ":")
-	return ok && ok2 && dnsLabel(ns) && len(name) <= 253 && dnsSubdomain(name)
+	return ok && ok2 && dnsLabel(ns) && len(name) <= 253 && arbiterapi.IsDNSSubdomain(name)
 }
 
 func validHostPort(s string) bool {

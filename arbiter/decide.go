@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"slices"
 	"time"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // DecideInput is everything a decision depends on. Decide reads no clock and no other state.
@@ -12,16 +14,16 @@ type DecideInput struct {
 	// Now is the arbiter's time of the decision.
 	Now time.Time
 	// Report is the node's validated report.
-	Report *Report
+	Report *arbiterapi.Report
 	// TTL is how long the lease lasts without a new report.
 	TTL time.Duration
 	// Previous is the node's current lease, or nil. Its GPUs stay with the same rules when
 	// they can (so a renewal never shuffles GPUs), and its generation is kept when nothing
 	// changes.
-	Previous *Lease
+	Previous *arbiterapi.Lease
 	// LentElsewhere returns what a queue is lent by other nodes now, for guarantees; nil
 	// means nothing.
-	LentElsewhere func(queue string) Resources
+	LentElsewhere func(queue string) arbiterapi.Resources
 }
 
 // Decide computes a node's lease. For each rule that
@@ -37,10 +39,10 @@ type DecideInput struct {
 // proportion to their queues' weights, never more than a rule asks for. What remains lendable
 // goes to the shared queue. Each grant lasts until its window closes or the lease expires,
 // whichever is first.
-func (p *Policy) Decide(in DecideInput) Lease {
+func (p *Policy) Decide(in DecideInput) arbiterapi.Lease {
 	r := in.Report
 	expires := in.Now.Add(in.TTL)
-	lease := Lease{Node: r.Node, Issued: in.Now, Expires: expires, Grants: []Grant{}}
+	lease := arbiterapi.Lease{Node: r.Node, Issued: in.Now, Expires: expires, Grants: []arbiterapi.Grant{}}
 
 	type claim struct {
 		rule  *Rule
@@ -54,7 +56,7 @@ func (p *Policy) Decide(in DecideInput) Lease {
 			continue
 		}
 		skip := func(format string, args ...any) {
-			lease.Skipped = append(lease.Skipped, Skip{Rule: rule.Name, Reason: fmt.Sprintf(format, args...)})
+			lease.Skipped = append(lease.Skipped, arbiterapi.Skip{Rule: rule.Name, Reason: fmt.Sprintf(format, args...)})
 		}
 		if owner := r.Labels[p.OwnerLabel]; owner != "" && owner == rule.Queue {
 			skip("the node is owned by queue %s (label %s)", owner, p.OwnerLabel)
@@ -82,20 +84,20 @@ func (p *Policy) Decide(in DecideInput) Lease {
 	for i, c := range claims {
 		weights[i] = int64(c.queue.Weight)
 	}
-	want := func(res func(Resources) int64) []int64 {
+	want := func(res func(arbiterapi.Resources) int64) []int64 {
 		out := make([]int64, n)
 		for i, c := range claims {
 			out[i] = res(c.rule.Lend)
 		}
 		return out
 	}
-	shortfall := func(res func(Resources) int64) []int64 {
+	shortfall := func(res func(arbiterapi.Resources) int64) []int64 {
 		out := make([]int64, n)
 		left := map[string]int64{}
 		for i, c := range claims {
 			q := c.queue.Name
 			if _, ok := left[q]; !ok {
-				var elsewhere Resources
+				var elsewhere arbiterapi.Resources
 				if in.LentElsewhere != nil {
 					elsewhere = in.LentElsewhere(q)
 				}
@@ -107,9 +109,9 @@ func (p *Policy) Decide(in DecideInput) Lease {
 		return out
 	}
 	lendable := r.Lendable.Resources()
-	cpuOf := func(x Resources) int64 { return x.MilliCPU }
-	memOf := func(x Resources) int64 { return x.MemoryBytes }
-	gpuOf := func(x Resources) int64 { return int64(x.GPUs) }
+	cpuOf := func(x arbiterapi.Resources) int64 { return x.MilliCPU }
+	memOf := func(x arbiterapi.Resources) int64 { return x.MemoryBytes }
+	gpuOf := func(x arbiterapi.Resources) int64 { return int64(x.GPUs) }
 	cpu := divide(lendable.MilliCPU, shortfall(cpuOf), want(cpuOf), weights)
 	mem := divide(lendable.MemoryBytes, shortfall(memOf), want(memOf), weights)
 	gpus := divide(int64(lendable.GPUs), shortfall(gpuOf), want(gpuOf), weights)
@@ -128,17 +130,17 @@ func (p *Policy) Decide(in DecideInput) Lease {
 		return nil
 	})
 
-	var lent Resources
+	var lent arbiterapi.Resources
 	for i, c := range claims {
-		g := Grant{Queue: c.queue.Name, Rule: c.rule.Name, MilliCPU: cpu[i], MemoryBytes: mem[i], GPUs: uuids[i], Until: c.until}
+		g := arbiterapi.Grant{Queue: c.queue.Name, Rule: c.rule.Name, MilliCPU: cpu[i], MemoryBytes: mem[i], GPUs: uuids[i], Until: c.until}
 		if g.Resources().IsZero() {
-			lease.Skipped = append(lease.Skipped, Skip{Rule: c.rule.Name, Reason: "the node has nothing left to lend that the rule asks for"})
+			lease.Skipped = append(lease.Skipped, arbiterapi.Skip{Rule: c.rule.Name, Reason: "the node has nothing left to lend that the rule asks for"})
 			continue
 		}
 		lease.Grants = append(lease.Grants, g)
 		lent = lent.Add(g.Resources())
 	}
-	rest := Grant{
+	rest := arbiterapi.Grant{
 		Queue:       p.SharedQueue,
 		MilliCPU:    lendable.MilliCPU - lent.MilliCPU,
 		MemoryBytes: lendable.MemoryBytes - lent.MemoryBytes,
@@ -288,4 +290,12 @@ func pickGPUs(lendable []string, counts []int64, previous func(i int) []string) 
 		}
 	}
 	return out
+}
+
+// sameGrants reports whether a and b lend the same things (Until aside).
+func sameGrants(a, b []arbiterapi.Grant) bool {
+	return slices.EqualFunc(a, b, func(x, y arbiterapi.Grant) bool {
+		return x.Queue == y.Queue && x.Rule == y.Rule && x.MilliCPU == y.MilliCPU &&
+			x.MemoryBytes == y.MemoryBytes && slices.Equal(x.GPUs, y.GPUs)
+	})
 }

@@ -6,37 +6,39 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 const gi = int64(1) << 30
 
 // gpuNode is a node that can lend 16 cores, 64 GiB and 8 GPUs.
-func gpuNode(name string, labels map[string]string) Report {
+func gpuNode(name string, labels map[string]string) arbiterapi.Report {
 	uuids := []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3", "GPU-4", "GPU-5", "GPU-6", "GPU-7"}
-	return Report{
+	return arbiterapi.Report{
 		Node:     name,
 		Labels:   labels,
-		Capacity: Resources{MilliCPU: 64000, MemoryBytes: 256 * gi, GPUs: 8},
-		Online: Online{
-			Used:        Usage{MilliCPU: 20000, MemoryBytes: 100 * gi},
-			Predicted:   Usage{MilliCPU: 30000, MemoryBytes: 120 * gi},
+		Capacity: arbiterapi.Resources{MilliCPU: 64000, MemoryBytes: 256 * gi, GPUs: 8},
+		Online: arbiterapi.Online{
+			Used:        arbiterapi.Usage{MilliCPU: 20000, MemoryBytes: 100 * gi},
+			Predicted:   arbiterapi.Usage{MilliCPU: 30000, MemoryBytes: 120 * gi},
 			Utilization: 0.3,
 		},
-		Lendable: Lendable{MilliCPU: 16000, MemoryBytes: 64 * gi, GPUs: 8, GPUUUIDs: uuids},
+		Lendable: arbiterapi.Lendable{MilliCPU: 16000, MemoryBytes: 64 * gi, GPUs: 8, GPUUUIDs: uuids},
 	}
 }
 
-func decide(p *Policy, now time.Time, r Report, prev *Lease) Lease {
+func decide(p *Policy, now time.Time, r arbiterapi.Report, prev *arbiterapi.Lease) arbiterapi.Lease {
 	return p.Decide(DecideInput{Now: now, Report: &r, TTL: 30 * time.Second, Previous: prev})
 }
 
-func grantFor(l Lease, queue string) (Grant, bool) {
+func grantFor(l arbiterapi.Lease, queue string) (arbiterapi.Grant, bool) {
 	for _, g := range l.Grants {
 		if g.Queue == queue {
 			return g, true
 		}
 	}
-	return Grant{}, false
+	return arbiterapi.Grant{}, false
 }
 
 // The reference case, with an injected clock at the window's edges.
@@ -80,7 +82,7 @@ func TestDecideReferenceWindow(t *testing.T) {
 			if !ok {
 				t.Fatalf("no grant to queue-1: %+v", l)
 			}
-			want := Grant{Queue: "queue-1", Rule: "night-gpu", MilliCPU: 8000, MemoryBytes: 32 * gi,
+			want := arbiterapi.Grant{Queue: "queue-1", Rule: "night-gpu", MilliCPU: 8000, MemoryBytes: 32 * gi,
 				GPUs: []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"}, Until: tc.until}
 			if g.Queue != want.Queue || g.Rule != want.Rule || g.Resources() != want.Resources() ||
 				!slices.Equal(g.GPUs, want.GPUs) || !g.Until.Equal(want.Until) {
@@ -98,14 +100,14 @@ func TestDecideLendsNoMoreThanLendable(t *testing.T) {
 	p := mustPolicy(t, referencePolicy)
 	night := time.Date(2026, time.June, 10, 23, 0, 0, 0, mustZone(t, "Europe/Berlin"))
 	node := gpuNode("gpu-1", map[string]string{"pool": "gpu"})
-	node.Lendable = Lendable{MilliCPU: 3000, MemoryBytes: 8 * gi, GPUs: 1, GPUUUIDs: []string{"GPU-7"}}
+	node.Lendable = arbiterapi.Lendable{MilliCPU: 3000, MemoryBytes: 8 * gi, GPUs: 1, GPUUUIDs: []string{"GPU-7"}}
 	l := decide(p, night, node, nil)
 	g, _ := grantFor(l, "queue-1")
-	if g.Resources() != (Resources{3000, 8 * gi, 1}) || len(l.Grants) != 1 {
+	if g.Resources() != (arbiterapi.Resources{MilliCPU: 3000, MemoryBytes: 8 * gi, GPUs: 1}) || len(l.Grants) != 1 {
 		t.Errorf("grants = %+v, want all of the little lendable to queue-1 and nothing shared", l.Grants)
 	}
 	// Nothing lendable: no grants at all.
-	node.Lendable = Lendable{}
+	node.Lendable = arbiterapi.Lendable{}
 	if l := decide(p, night, node, nil); len(l.Grants) != 0 || l.Grants == nil {
 		t.Errorf("grants = %#v, want an empty list", l.Grants)
 	}
@@ -187,12 +189,12 @@ rules:
 `)
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	node := gpuNode("n", nil) // 16000m, 8 GPUs lendable
-	lentElsewhere := Resources{}
-	in := DecideInput{Now: now, Report: &node, TTL: time.Minute, LentElsewhere: func(q string) Resources {
+	lentElsewhere := arbiterapi.Resources{}
+	in := DecideInput{Now: now, Report: &node, TTL: time.Minute, LentElsewhere: func(q string) arbiterapi.Resources {
 		if q == "light" {
 			return lentElsewhere
 		}
-		return Resources{}
+		return arbiterapi.Resources{}
 	}}
 	// light is 4000m short of its guarantee: it gets that first, then a quarter of the rest.
 	l := p.Decide(in)
@@ -205,14 +207,14 @@ rules:
 		t.Errorf("GPUs: heavy %v light %v, want 6 and 2", heavy.GPUs, light.GPUs)
 	}
 	// Once light is lent its guarantee elsewhere, weights alone divide: 3:1.
-	lentElsewhere = Resources{MilliCPU: 4000}
+	lentElsewhere = arbiterapi.Resources{MilliCPU: 4000}
 	l = p.Decide(in)
 	heavy, _ = grantFor(l, "heavy")
 	light, _ = grantFor(l, "light")
 	if heavy.MilliCPU != 12000 || light.MilliCPU != 4000 {
 		t.Errorf("without a shortfall: heavy %d light %d, want 12000 and 4000", heavy.MilliCPU, light.MilliCPU)
 	}
-	if be, _ := grantFor(l, "be"); be.Resources() != (Resources{MemoryBytes: 64 * gi}) {
+	if be, _ := grantFor(l, "be"); be.Resources() != (arbiterapi.Resources{MemoryBytes: 64 * gi}) {
 		t.Errorf("the shared queue got %+v, want only the memory no rule asks for", be.Resources())
 	}
 }
@@ -223,7 +225,7 @@ func TestDecideStickyGPUsAndGeneration(t *testing.T) {
 	berlin := mustZone(t, "Europe/Berlin")
 	night := time.Date(2026, time.June, 10, 23, 0, 0, 0, berlin)
 	node := gpuNode("gpu-1", map[string]string{"pool": "gpu"})
-	prev := Lease{Generation: 7, Grants: []Grant{{Queue: "queue-1", Rule: "night-gpu", MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: []string{"GPU-2", "GPU-5", "GPU-6", "GPU-7"}}}}
+	prev := arbiterapi.Lease{Generation: 7, Grants: []arbiterapi.Grant{{Queue: "queue-1", Rule: "night-gpu", MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: []string{"GPU-2", "GPU-5", "GPU-6", "GPU-7"}}}}
 	l := decide(p, night, node, &prev)
 	g, _ := grantFor(l, "queue-1")
 	if !slices.Equal(g.GPUs, []string{"GPU-2", "GPU-5", "GPU-6", "GPU-7"}) {
@@ -278,11 +280,11 @@ func TestWaterfill(t *testing.T) {
 		caps, weights := make([]int64, n), make([]int64, n)
 		var total int64
 		for i := range n {
-			caps[i] = rng.Int64N(MaxMemoryBytes)
+			caps[i] = rng.Int64N(arbiterapi.MaxMemoryBytes)
 			weights[i] = 1 + rng.Int64N(maxWeight)
 			total += caps[i]
 		}
-		avail := rng.Int64N(MaxMemoryBytes)
+		avail := rng.Int64N(arbiterapi.MaxMemoryBytes)
 		got := waterfill(avail, caps, weights)
 		var sum int64
 		for i := range n {

@@ -3,8 +3,9 @@
 //
 // Read it in this order:
 //
-//   - report.go, lease.go: what an agent sends (Report) and what it gets back (Lease, Grant).
-//   - wire.go: decoding a report from JSON, naming the field of every problem.
+//   - arbiterapi/: the protocol, shared with the agents: what an agent sends (Report), what it
+//     gets back (Lease, Grant), decoding and validating a report, error answers, and the
+//     client an agent calls (Client.Report).
 //   - window.go: daily time windows in a time zone ("22:00-08:00" in Europe/Berlin),
 //     across midnight and DST changes.
 //   - policy.go, yaml.go: the policy file (queues, the shared queue, lending rules), parsed
@@ -20,7 +21,6 @@
 //     through TokenReviews, bound to their pod's node), ConfigMapPolicy, NodeStore (lending
 //     rules select by the Node's labels; leases kept in a Node annotation), LeaderElection (a
 //     coordination.k8s.io Lease), and Kubernetes, which wires them to the API server.
-//   - client.go: what an agent calls (Client.Report).
 //   - config.go: the `tidal arbiter` process configuration.
 //
 // Nothing here holds global mutable state; every goroutine is started by Server.Run,

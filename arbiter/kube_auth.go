@@ -16,7 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // NodeNameExtra is the extra a pod-bound ServiceAccount token carries with the name of the
@@ -157,7 +158,7 @@ func (t *TokenReviewer) check(st *authenticationv1.TokenReviewStatus) (string, e
 	if !st.Authenticated {
 		msg := "the API server does not accept the token"
 		if st.Error != "" {
-			msg += ": " + config.Clip(st.Error)
+			msg += ": " + yamlconf.Clip(st.Error)
 		}
 		if len(t.Audiences) > 0 {
 			msg += fmt.Sprintf(" (audiences asked for: %s)", strings.Join(t.Audiences, ", "))
@@ -165,10 +166,10 @@ func (t *TokenReviewer) check(st *authenticationv1.TokenReviewStatus) (string, e
 		return "", fmt.Errorf("%w: %s", ErrUnauthenticated, msg)
 	}
 	if st.User.Username != t.User {
-		return "", fmt.Errorf("%w: the token is %s's: want a token of %s", ErrUnauthenticated, config.Clip(st.User.Username), t.User)
+		return "", fmt.Errorf("%w: the token is %s's: want a token of %s", ErrUnauthenticated, yamlconf.Clip(st.User.Username), t.User)
 	}
 	nodes := st.User.Extra[NodeNameExtra]
-	if len(nodes) != 1 || checkNodeName(nodes[0]) != "" {
+	if len(nodes) != 1 || arbiterapi.CheckNodeName(nodes[0]) != "" {
 		return "", fmt.Errorf("%w: the token is not bound to a pod on a node (no %s): want the agent pod's projected ServiceAccount token (Kubernetes >= 1.30)", ErrUnauthenticated, NodeNameExtra)
 	}
 	return nodes[0], nil

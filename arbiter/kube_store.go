@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // LeaseAnnotation is the Node annotation that holds the node's lease (its JSON, as the agent
@@ -134,7 +136,7 @@ func (s *NodeStore) Load() (*State, error) {
 		if !ok {
 			continue
 		}
-		var l Lease
+		var l arbiterapi.Lease
 		if err := json.Unmarshal([]byte(raw), &l); err != nil || l.Node != m.GetName() {
 			s.Log.Warn("ignoring a lease annotation that does not decode or names another node", "node", m.GetName(), "annotation", LeaseAnnotation, "err", err)
 			continue

@@ -22,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 func TestArbiterConfigKubernetes(t *testing.T) {
@@ -122,7 +124,7 @@ func TestDeployArbiterManifests(t *testing.T) {
 				t.Fatalf("policy: %v", err)
 			}
 			r := p.Rules[0]
-			if r.Queue != "queue-1" || r.NodeSelector["tidalqos.io/pool"] != "batch" || r.Lend != (Resources{8000, 32 * gi, 4}) ||
+			if r.Queue != "queue-1" || r.NodeSelector["tidalqos.io/pool"] != "batch" || r.Lend != (arbiterapi.Resources{MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: 4}) ||
 				r.Window.String() != "22:00-08:00" || r.Window.Zone() != "Europe/Berlin" {
 				t.Errorf("reference rule: %+v", r)
 			}
@@ -364,7 +366,7 @@ func TestArbiterNodeStore(t *testing.T) {
 	}
 
 	lease := func(node string, gen uint64) SavedLease {
-		return SavedLease{Lease: Lease{Node: node, Generation: gen, Grants: []Grant{{Queue: "q", MilliCPU: int64(gen)}}}}
+		return SavedLease{Lease: arbiterapi.Lease{Node: node, Generation: gen, Grants: []arbiterapi.Grant{{Queue: "q", MilliCPU: int64(gen)}}}}
 	}
 	writes := func() map[string]string {
 		mu.Lock()
@@ -449,7 +451,7 @@ func TestServerLeadershipAndNodeLabels(t *testing.T) {
 	a := startArbiter(t, dir, clock, func(o *Options) { o.Leadership = leader; o.NodeLabels = labels })
 	ctx := context.Background()
 
-	var apiErr *APIError
+	var apiErr *arbiterapi.APIError
 	if _, err := a.client("node-a").Report(ctx, a.nodeReport("node-a")); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable ||
 		!strings.Contains(apiErr.Message, "not the leader (the leader is replica-1)") {
 		t.Fatalf("follower report: %v", err)

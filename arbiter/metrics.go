@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // Report results, the values of the result label of tidal_arbiter_reports_total.
@@ -106,7 +108,7 @@ func (c *viewCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(sum.Nodes-sum.ExpiredNodes), "active")
 	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(sum.ExpiredNodes), "expired")
 
-	resources := func(desc *prometheus.Desc, queue string, r Resources) {
+	resources := func(desc *prometheus.Desc, queue string, r arbiterapi.Resources) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(r.MilliCPU), queue, "millicpu")
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(r.MemoryBytes), queue, "memory_bytes")
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(r.GPUs), queue, "gpus")

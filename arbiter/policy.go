@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // DefaultOwnerLabel is the node label that says which queue owns a node.
@@ -45,7 +47,7 @@ type Queue struct {
 	Weight int
 	// Guaranteed is what the queue is promised cluster-wide. While what it is lent elsewhere
 	// falls short of it, its rules are served before others on a contended node.
-	Guaranteed Resources
+	Guaranteed arbiterapi.Resources
 }
 
 // Rule lends an amount of each selected node's capacity to a queue during a daily window.
@@ -55,7 +57,7 @@ type Rule struct {
 	// NodeSelector selects nodes whose labels equal every entry (empty: every node).
 	NodeSelector map[string]string
 	// Lend is the most the rule lends per node; a node lends less when it can lend less now.
-	Lend   Resources
+	Lend   arbiterapi.Resources
 	Window Window
 	// MaxOnlineUtilization: the rule lends only while the node's online utilization is below
 	// it (0: no condition).
@@ -122,7 +124,7 @@ func ParsePolicy(name string, data []byte) (*Policy, error) {
 	var ruleQueueLines []int
 	d.mapping(root, "", 1, []field{
 		{name: "ownerLabel", want: `a label key such as "tidalqos.io/queue"`, decode: func(v *yaml.Node, key string, line int) {
-			if s, ok := d.str(v, key, line, `a label key such as "tidalqos.io/queue"`, func(s string) bool { return checkLabel(s, "") == "" }); ok {
+			if s, ok := d.str(v, key, line, `a label key such as "tidalqos.io/queue"`, func(s string) bool { return arbiterapi.CheckLabel(s, "") == "" }); ok {
 				p.OwnerLabel = s
 			}
 		}},
@@ -200,7 +202,7 @@ func ParsePolicy(name string, data []byte) (*Policy, error) {
 
 const queueNameWant = `a queue name of 1..63 letters, digits, '-', '_', '.' (a valid label value), such as "queue-1"`
 
-func validQueueName(s string) bool { return s != "" && labelValue(s) }
+func validQueueName(s string) bool { return s != "" && arbiterapi.IsLabelValue(s) }
 
 func (p *Policy) queueNames() string {
 	if len(p.queueIndex) == 0 {
@@ -252,7 +254,7 @@ func (d *yamlDoc) rule(n *yaml.Node, key string, line int) (Rule, int, int) {
 			r.Queue, _ = d.str(v, key, line, queueNameWant, validQueueName)
 		}},
 		{name: "nodeSelector", want: "a mapping of label keys to values", decode: func(v *yaml.Node, key string, line int) {
-			r.NodeSelector, _ = d.stringMap(v, key, line, "a mapping of label keys to values, such as {pool: gpu}", checkLabel)
+			r.NodeSelector, _ = d.stringMap(v, key, line, "a mapping of label keys to values, such as {pool: gpu}", arbiterapi.CheckLabel)
 		}},
 		{name: "lend", required: true, want: "the amounts lent per node: milliCPU, memory, gpus", decode: func(v *yaml.Node, key string, line int) {
 			r.Lend = d.resources(v, key, line, true)
@@ -283,18 +285,18 @@ func (d *yamlDoc) rule(n *yaml.Node, key string, line int) (Rule, int, int) {
 }
 
 // resources decodes amounts {milliCPU, memory, gpus}; nonZero requires at least one above 0.
-func (d *yamlDoc) resources(n *yaml.Node, key string, line int, nonZero bool) Resources {
-	var r Resources
+func (d *yamlDoc) resources(n *yaml.Node, key string, line int, nonZero bool) arbiterapi.Resources {
+	var r arbiterapi.Resources
 	before := len(d.errs)
 	d.mapping(n, key, line, []field{
 		{name: "milliCPU", want: "millicores", decode: func(v *yaml.Node, key string, line int) {
-			r.MilliCPU, _ = d.integer(v, key, line, fmt.Sprintf("millicores, an integer in 0..%d, such as 8000 for 8 cores", MaxMilliCPU), 0, MaxMilliCPU)
+			r.MilliCPU, _ = d.integer(v, key, line, fmt.Sprintf("millicores, an integer in 0..%d, such as 8000 for 8 cores", arbiterapi.MaxMilliCPU), 0, arbiterapi.MaxMilliCPU)
 		}},
 		{name: "memory", want: "bytes", decode: func(v *yaml.Node, key string, line int) {
-			r.MemoryBytes, _ = d.size(v, key, line, `bytes (at most 1Pi): an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "32Gi"`, MaxMemoryBytes)
+			r.MemoryBytes, _ = d.size(v, key, line, `bytes (at most 1Pi): an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "32Gi"`, arbiterapi.MaxMemoryBytes)
 		}},
 		{name: "gpus", want: "whole GPUs", decode: func(v *yaml.Node, key string, line int) {
-			g, _ := d.integer(v, key, line, fmt.Sprintf("whole GPUs, an integer in 0..%d", MaxGPUs), 0, MaxGPUs)
+			g, _ := d.integer(v, key, line, fmt.Sprintf("whole GPUs, an integer in 0..%d", arbiterapi.MaxGPUs), 0, arbiterapi.MaxGPUs)
 			r.GPUs = int(g)
 		}},
 	})

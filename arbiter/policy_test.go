@@ -3,6 +3,8 @@ package arbiter
 import (
 	"strings"
 	"testing"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // referencePolicy is the reference case: every night from 22:00 to 08:00, GPU nodes
@@ -48,7 +50,7 @@ func TestParsePolicy(t *testing.T) {
 	if len(p.Queues) != 2 || p.Queues[0].Weight != 3 || p.Queues[1].Weight != 1 {
 		t.Fatalf("queues = %+v", p.Queues)
 	}
-	if g := p.Queues[0].Guaranteed; g != (Resources{16000, 64 << 30, 8}) {
+	if g := p.Queues[0].Guaranteed; g != (arbiterapi.Resources{MilliCPU: 16000, MemoryBytes: 64 << 30, GPUs: 8}) {
 		t.Errorf("guaranteed = %+v", g)
 	}
 	if len(p.Rules) != 2 {
@@ -56,11 +58,11 @@ func TestParsePolicy(t *testing.T) {
 	}
 	r := p.Rules[0]
 	if r.Name != "night-gpu" || r.Queue != "queue-1" || r.NodeSelector["pool"] != "gpu" ||
-		r.Lend != (Resources{8000, 32 << 30, 4}) || r.Window.String() != "22:00-08:00" ||
+		r.Lend != (arbiterapi.Resources{MilliCPU: 8000, MemoryBytes: 32 << 30, GPUs: 4}) || r.Window.String() != "22:00-08:00" ||
 		r.Window.Zone() != "Europe/Berlin" || r.MaxOnlineUtilization != 0.6 {
 		t.Errorf("rule = %+v", r)
 	}
-	if p.Rules[1].Lend != (Resources{MilliCPU: 2000}) || len(p.Rules[1].NodeSelector) != 1 {
+	if p.Rules[1].Lend != (arbiterapi.Resources{MilliCPU: 2000}) || len(p.Rules[1].NodeSelector) != 1 {
 		t.Errorf("rule 2 = %+v", p.Rules[1])
 	}
 	if len(p.Digest) != 64 || string(p.Raw) != referencePolicy {

@@ -17,7 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Options configure a Server. Policy and Auth are required; zero durations take the defaults.
@@ -361,7 +362,7 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 					panic(v)
 				}
 				log.Error("handler panic", "path", r.URL.Path, "panic", v)
-				writeError(w, http.StatusInternalServerError, FieldErrors{{Msg: "internal error"}})
+				writeError(w, http.StatusInternalServerError, arbiterapi.FieldErrors{{Msg: "internal error"}})
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -388,22 +389,22 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) string {
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, http.StatusUnsupportedMediaType, FieldErrors{{Msg: fmt.Sprintf("Content-Type %q: want application/json", config.Clip(ct))}})
+			writeError(w, http.StatusUnsupportedMediaType, arbiterapi.FieldErrors{{Msg: fmt.Sprintf("Content-Type %q: want application/json", yamlconf.Clip(ct))}})
 			return resultBadMediaType
 		}
 	}
-	report, err := DecodeReport(http.MaxBytesReader(w, r.Body, s.opts.MaxReportBytes))
+	report, err := arbiterapi.DecodeReport(http.MaxBytesReader(w, r.Body, s.opts.MaxReportBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, FieldErrors{{Msg: fmt.Sprintf("the report is larger than %d bytes", tooLarge.Limit)}})
+			writeError(w, http.StatusRequestEntityTooLarge, arbiterapi.FieldErrors{{Msg: fmt.Sprintf("the report is larger than %d bytes", tooLarge.Limit)}})
 			return resultTooLarge
 		}
 		writeError(w, http.StatusBadRequest, asFieldErrors(err))
 		return resultInvalid
 	}
 	if report.Node != node {
-		writeError(w, http.StatusForbidden, FieldErrors{{Field: "node", Msg: fmt.Sprintf("%q: these credentials are bound to node %q", config.Clip(report.Node), node)}})
+		writeError(w, http.StatusForbidden, arbiterapi.FieldErrors{{Field: "node", Msg: fmt.Sprintf("%q: these credentials are bound to node %q", yamlconf.Clip(report.Node), node)}})
 		return resultForbidden
 	}
 	now := s.now()
@@ -414,7 +415,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) string {
 	if s.opts.NodeLabels != nil {
 		labels, ok := s.opts.NodeLabels.NodeLabels(node)
 		if !ok {
-			writeError(w, http.StatusForbidden, FieldErrors{{Field: "node", Msg: fmt.Sprintf("%q has no Node object: lending rules select nodes by their Node's labels", node)}})
+			writeError(w, http.StatusForbidden, arbiterapi.FieldErrors{{Field: "node", Msg: fmt.Sprintf("%q has no Node object: lending rules select nodes by their Node's labels", node)}})
 			return resultForbidden
 		}
 		// The view keeps the report: a copy, since the labeler's maps are shared.
@@ -425,12 +426,12 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) string {
 	return resultAccepted
 }
 
-func asFieldErrors(err error) FieldErrors {
-	var fe FieldErrors
+func asFieldErrors(err error) arbiterapi.FieldErrors {
+	var fe arbiterapi.FieldErrors
 	if errors.As(err, &fe) {
 		return fe
 	}
-	return FieldErrors{{Msg: err.Error()}}
+	return arbiterapi.FieldErrors{{Msg: err.Error()}}
 }
 
 // authed lets a request through with any valid credentials, on the leader only: a
@@ -454,11 +455,11 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 func writeAuthError(w http.ResponseWriter, err error) string {
 	if errors.Is(err, ErrAuthUnavailable) {
 		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, FieldErrors{{Msg: err.Error()}})
+		writeError(w, http.StatusServiceUnavailable, arbiterapi.FieldErrors{{Msg: err.Error()}})
 		return resultAuthUnavailable
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="tidal-arbiter"`)
-	writeError(w, http.StatusUnauthorized, FieldErrors{{Msg: err.Error()}})
+	writeError(w, http.StatusUnauthorized, arbiterapi.FieldErrors{{Msg: err.Error()}})
 	return resultUnauthenticated
 }
 
@@ -469,8 +470,8 @@ func (s *Server) writeNotLeader(w http.ResponseWriter) {
 		leader = "not known yet"
 	}
 	w.Header().Set("Retry-After", "2")
-	writeError(w, http.StatusServiceUnavailable, FieldErrors{{Msg: fmt.Sprintf(
-		"this arbiter replica is not the leader (the leader is %s): only the leader decides; the Service routes to it once it is ready", config.Clip(leader))}})
+	writeError(w, http.StatusServiceUnavailable, arbiterapi.FieldErrors{{Msg: fmt.Sprintf(
+		"this arbiter replica is not the leader (the leader is %s): only the leader decides; the Service routes to it once it is ready", yamlconf.Clip(leader))}})
 }
 
 func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
@@ -480,7 +481,7 @@ func (s *Server) handleNodes(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleNode(w http.ResponseWriter, r *http.Request) {
 	n, ok := s.view.Node(r.PathValue("name"), s.now())
 	if !ok {
-		writeError(w, http.StatusNotFound, FieldErrors{{Field: "name", Msg: fmt.Sprintf("no node %q in the view", config.Clip(r.PathValue("name")))}})
+		writeError(w, http.StatusNotFound, arbiterapi.FieldErrors{{Field: "name", Msg: fmt.Sprintf("no node %q in the view", yamlconf.Clip(r.PathValue("name")))}})
 		return
 	}
 	writeJSON(w, http.StatusOK, n)
@@ -499,7 +500,7 @@ func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, FieldErrors{{Field: "name", Msg: fmt.Sprintf("no queue %q in the policy or the leases", config.Clip(name))}})
+	writeError(w, http.StatusNotFound, arbiterapi.FieldErrors{{Field: "name", Msg: fmt.Sprintf("no queue %q in the policy or the leases", yamlconf.Clip(name))}})
 }
 
 // PolicyInfo describes the policy in force in GET /v1/rules.
@@ -533,23 +534,8 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "leader": true})
 }
 
-// errorBody is the body of every error answer.
-type errorBody struct {
-	Error  string       `json:"error"`
-	Fields []fieldError `json:"fields,omitempty"`
-}
-
-type fieldError struct {
-	Field   string `json:"field,omitempty"`
-	Message string `json:"message"`
-}
-
-func writeError(w http.ResponseWriter, code int, errs FieldErrors) {
-	body := errorBody{Error: errs.Error()}
-	for _, e := range errs {
-		body.Fields = append(body.Fields, fieldError{Field: e.Field, Message: e.Msg})
-	}
-	writeJSON(w, code, body)
+func writeError(w http.ResponseWriter, code int, errs arbiterapi.FieldErrors) {
+	writeJSON(w, code, errs.Body())
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // Store persists the arbiter's state between restarts. Standalone it is a file (FileStore).
@@ -38,8 +40,8 @@ type State struct {
 
 // SavedLease is a node's lease and when the report it answered arrived.
 type SavedLease struct {
-	Received time.Time `json:"received"`
-	Lease    Lease     `json:"lease"`
+	Received time.Time        `json:"received"`
+	Lease    arbiterapi.Lease `json:"lease"`
 
 	encoded []byte // Lease's JSON encoding when the view has it (saves encoding it again)
 }

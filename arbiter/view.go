@@ -6,14 +6,16 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // NodeState is what the arbiter knows of one node: its last accepted report, when it arrived
 // (arbiter time) and the lease it was answered with.
 type NodeState struct {
-	Report   Report    `json:"report"`
-	Received time.Time `json:"received"`
-	Lease    Lease     `json:"lease"`
+	Report   arbiterapi.Report `json:"report"`
+	Received time.Time         `json:"received"`
+	Lease    arbiterapi.Lease  `json:"lease"`
 	// Restored: the node has not reported since the arbiter restarted; only its lease is
 	// known (Report holds just the node's name).
 	Restored bool `json:"restored,omitempty"`
@@ -26,7 +28,7 @@ type View struct {
 	mu    sync.Mutex
 	nodes map[string]*nodeEntry
 	// lent is what each queue is lent by the leases counted in it (see nodeEntry.counted).
-	lent map[string]Resources
+	lent map[string]arbiterapi.Resources
 	// changes counts changes, so a persister can tell whether there is anything new to save.
 	changes uint64
 }
@@ -43,16 +45,16 @@ type nodeEntry struct {
 
 // NewView returns an empty view.
 func NewView() *View {
-	return &View{nodes: map[string]*nodeEntry{}, lent: map[string]Resources{}}
+	return &View{nodes: map[string]*nodeEntry{}, lent: map[string]arbiterapi.Resources{}}
 }
 
 // Accept records a validated report received at now, decides the node's lease under p and
 // returns it with its JSON encoding. Only the reporting node's entry changes.
-func (v *View) Accept(p *Policy, now time.Time, r Report, ttl time.Duration) (Lease, []byte) {
+func (v *View) Accept(p *Policy, now time.Time, r arbiterapi.Report, ttl time.Duration) (arbiterapi.Lease, []byte) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e := v.nodes[r.Node]
-	var prev *Lease
+	var prev *arbiterapi.Lease
 	if e != nil {
 		prev = &e.Lease
 	}
@@ -61,7 +63,7 @@ func (v *View) Accept(p *Policy, now time.Time, r Report, ttl time.Duration) (Le
 		Report:   &r,
 		TTL:      ttl,
 		Previous: prev,
-		LentElsewhere: func(queue string) Resources {
+		LentElsewhere: func(queue string) arbiterapi.Resources {
 			total := v.lent[queue]
 			if e != nil && e.counted {
 				for _, g := range e.Lease.Grants {
@@ -161,12 +163,12 @@ func (v *View) Restore(leases []SavedLease, now time.Time, timeout time.Duration
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nodes = make(map[string]*nodeEntry, len(leases))
-	v.lent = map[string]Resources{}
+	v.lent = map[string]arbiterapi.Resources{}
 	for _, l := range leases {
-		if checkNodeName(l.Lease.Node) != "" || now.Sub(l.Received) > timeout {
+		if arbiterapi.CheckNodeName(l.Lease.Node) != "" || now.Sub(l.Received) > timeout {
 			continue
 		}
-		e := &nodeEntry{NodeState: NodeState{Report: Report{Node: l.Lease.Node}, Received: l.Received, Lease: l.Lease, Restored: true}}
+		e := &nodeEntry{NodeState: NodeState{Report: arbiterapi.Report{Node: l.Lease.Node}, Received: l.Received, Lease: l.Lease, Restored: true}}
 		v.nodes[l.Lease.Node] = e
 		if now.Before(l.Lease.Expires) {
 			v.count(e)
@@ -181,7 +183,7 @@ type NodeView struct {
 	// LeaseExpired: the node has not reported within the lease TTL; it lends nothing.
 	LeaseExpired bool `json:"leaseExpired"`
 	// Lent is what the node lends now (its grants in effect).
-	Lent Resources `json:"lent"`
+	Lent arbiterapi.Resources `json:"lent"`
 }
 
 // Nodes returns every node, sorted by name.
@@ -219,13 +221,13 @@ type QueueView struct {
 	Shared bool `json:"shared"`
 	// InPolicy is false for a queue the current policy no longer has but that still holds
 	// grants from leases issued before the policy changed.
-	InPolicy   bool      `json:"inPolicy"`
-	Weight     int       `json:"weight"`
-	Guaranteed Resources `json:"guaranteed"`
-	Lent       Resources `json:"lent"`
+	InPolicy   bool                 `json:"inPolicy"`
+	Weight     int                  `json:"weight"`
+	Guaranteed arbiterapi.Resources `json:"guaranteed"`
+	Lent       arbiterapi.Resources `json:"lent"`
 	// Shortfall is Guaranteed less Lent, per resource, never negative.
-	Shortfall Resources    `json:"shortfall"`
-	Nodes     []QueueGrant `json:"nodes"`
+	Shortfall arbiterapi.Resources `json:"shortfall"`
+	Nodes     []QueueGrant         `json:"nodes"`
 }
 
 // QueueGrant is one node's grant to a queue.
@@ -282,20 +284,20 @@ func (v *View) Queues(p *Policy, now time.Time, withNodes bool) []QueueView {
 
 // RuleView is one lending rule in GET /v1/rules, with what it lends now.
 type RuleView struct {
-	Name                 string            `json:"name"`
-	Queue                string            `json:"queue"`
-	NodeSelector         map[string]string `json:"nodeSelector"`
-	Lend                 Resources         `json:"lend"`
-	Window               string            `json:"window"`
-	TimeZone             string            `json:"timeZone"`
-	MaxOnlineUtilization float64           `json:"maxOnlineUtilization,omitempty"`
+	Name                 string               `json:"name"`
+	Queue                string               `json:"queue"`
+	NodeSelector         map[string]string    `json:"nodeSelector"`
+	Lend                 arbiterapi.Resources `json:"lend"`
+	Window               string               `json:"window"`
+	TimeZone             string               `json:"timeZone"`
+	MaxOnlineUtilization float64              `json:"maxOnlineUtilization,omitempty"`
 	// Open: the window is open now. NextChange is when it next opens or closes (absent for an
 	// all-day window).
 	Open       bool       `json:"open"`
 	NextChange *time.Time `json:"nextChange,omitempty"`
 	// Nodes is how many nodes lend through the rule now, and Lent what they lend in all.
-	Nodes int       `json:"nodes"`
-	Lent  Resources `json:"lent"`
+	Nodes int                  `json:"nodes"`
+	Lent  arbiterapi.Resources `json:"lent"`
 }
 
 // Rules returns the policy's rules with what each lends at now.
@@ -332,14 +334,14 @@ type Summary struct {
 	Nodes        int // nodes in the view
 	ExpiredNodes int // nodes whose lease has expired (silent for longer than the lease TTL)
 	// Lent is what each queue is lent now.
-	Lent map[string]Resources
+	Lent map[string]arbiterapi.Resources
 }
 
 // Summarize returns the view's totals at now.
 func (v *View) Summarize(now time.Time) Summary {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := Summary{Nodes: len(v.nodes), Lent: map[string]Resources{}}
+	s := Summary{Nodes: len(v.nodes), Lent: map[string]arbiterapi.Resources{}}
 	for _, e := range v.nodes {
 		if !now.Before(e.Lease.Expires) {
 			s.ExpiredNodes++

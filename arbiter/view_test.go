@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // A node that stops reporting lends nothing once its lease expires, and leaves the view after
@@ -19,8 +21,8 @@ func TestViewNodeStopsReporting(t *testing.T) {
 	v.Accept(p, t0, gpuNode("gpu-1", map[string]string{"pool": "gpu"}), ttl)
 	v.Accept(p, t0, gpuNode("gpu-2", map[string]string{"pool": "gpu"}), ttl)
 
-	lent := func(now time.Time) Resources { return v.Summarize(now).Lent["queue-1"] }
-	if got := lent(t0.Add(29 * time.Second)); got != (Resources{16000, 64 * gi, 8}) {
+	lent := func(now time.Time) arbiterapi.Resources { return v.Summarize(now).Lent["queue-1"] }
+	if got := lent(t0.Add(29 * time.Second)); got != (arbiterapi.Resources{MilliCPU: 16000, MemoryBytes: 64 * gi, GPUs: 8}) {
 		t.Fatalf("queue-1 lent %+v at t0+29s", got)
 	}
 	// gpu-2 keeps reporting, gpu-1 does not.
@@ -29,7 +31,7 @@ func TestViewNodeStopsReporting(t *testing.T) {
 		v.Sweep(t0.Add(time.Duration(s)*time.Second), timeout)
 	}
 	now := t0.Add(30 * time.Second)
-	if got := lent(now); got != (Resources{8000, 32 * gi, 4}) {
+	if got := lent(now); got != (arbiterapi.Resources{MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: 4}) {
 		t.Errorf("queue-1 lent %+v at t0+30s, want only gpu-2's", got)
 	}
 	n, ok := v.Node("gpu-1", now)
@@ -67,14 +69,14 @@ func TestViewQueuesAndRules(t *testing.T) {
 		t.Fatalf("queues %+v", qs)
 	}
 	q1 := qs[1]
-	if q1.Lent != (Resources{8000, 32 * gi, 4}) || len(q1.Nodes) != 1 || q1.Nodes[0].Node != "gpu-1" ||
+	if q1.Lent != (arbiterapi.Resources{MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: 4}) || len(q1.Nodes) != 1 || q1.Nodes[0].Node != "gpu-1" ||
 		q1.Nodes[0].Rule != "night-gpu" || !q1.Nodes[0].Until.Equal(now.Add(time.Minute)) {
 		t.Errorf("queue-1 %+v", q1)
 	}
-	if q1.Shortfall != (Resources{8000, 32 * gi, 4}) || q1.Guaranteed != (Resources{16000, 64 * gi, 8}) || q1.Weight != 3 {
+	if q1.Shortfall != (arbiterapi.Resources{MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: 4}) || q1.Guaranteed != (arbiterapi.Resources{MilliCPU: 16000, MemoryBytes: 64 * gi, GPUs: 8}) || q1.Weight != 3 {
 		t.Errorf("queue-1 guarantee %+v shortfall %+v", q1.Guaranteed, q1.Shortfall)
 	}
-	if be := qs[0]; be.Lent != (Resources{8000 + 16000, 32*gi + 64*gi, 12}) || len(be.Nodes) != 2 {
+	if be := qs[0]; be.Lent != (arbiterapi.Resources{MilliCPU: 8000 + 16000, MemoryBytes: 32*gi + 64*gi, GPUs: 12}) || len(be.Nodes) != 2 {
 		t.Errorf("shared %+v", be)
 	}
 	if qs := v.Queues(p, now, false); len(qs[1].Nodes) != 0 || qs[1].Lent.IsZero() {
@@ -82,7 +84,7 @@ func TestViewQueuesAndRules(t *testing.T) {
 	}
 
 	rules := v.Rules(p, now)
-	if len(rules) != 2 || !rules[0].Open || rules[0].Nodes != 1 || rules[0].Lent != (Resources{8000, 32 * gi, 4}) ||
+	if len(rules) != 2 || !rules[0].Open || rules[0].Nodes != 1 || rules[0].Lent != (arbiterapi.Resources{MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: 4}) ||
 		rules[0].NextChange == nil || !rules[0].NextChange.Equal(time.Date(2026, time.June, 11, 8, 0, 0, 0, berlin)) {
 		t.Errorf("rules %+v", rules)
 	}
@@ -138,13 +140,13 @@ func TestStoreRoundTrip(t *testing.T) {
 		t.Errorf("restored %d nodes, want 2 (the one silent for an hour is past the timeout)", restored.Len())
 	}
 	n, ok := restored.Node("gpu-1", later)
-	if !ok || n.LeaseExpired || !n.Restored || n.Lent != (Resources{16000, 64 * gi, 8}) || !n.Lease.Expires.Equal(now.Add(time.Minute)) {
+	if !ok || n.LeaseExpired || !n.Restored || n.Lent != (arbiterapi.Resources{MilliCPU: 16000, MemoryBytes: 64 * gi, GPUs: 8}) || !n.Lease.Expires.Equal(now.Add(time.Minute)) {
 		t.Errorf("gpu-1 after restore: %+v", n)
 	}
 	if n, _ := restored.Node("gpu-2", later); !n.LeaseExpired {
 		t.Error("gpu-2's lease expired before the restart but counts again")
 	}
-	if got := restored.Summarize(later).Lent["queue-1"]; got != (Resources{8000, 32 * gi, 4}) {
+	if got := restored.Summarize(later).Lent["queue-1"]; got != (arbiterapi.Resources{MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: 4}) {
 		t.Errorf("queue-1 lent %+v after restore", got)
 	}
 

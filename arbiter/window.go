@@ -6,7 +6,7 @@ import (
 	"time"
 	_ "time/tzdata" // the arbiter reads IANA zones even on hosts without /usr/share/zoneinfo
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Window is a daily time window such as "22:00-08:00" in a time zone.
@@ -44,18 +44,18 @@ func ParseWindow(text, zone string) (Window, error) {
 func parseWindowText(text string) (Window, error) {
 	a, b, ok := strings.Cut(strings.TrimSpace(text), "-")
 	if !ok {
-		return Window{}, fmt.Errorf("%q is not a window: want \"HH:MM-HH:MM\" such as \"22:00-08:00\"", config.Clip(text))
+		return Window{}, fmt.Errorf("%q is not a window: want \"HH:MM-HH:MM\" such as \"22:00-08:00\"", yamlconf.Clip(text))
 	}
 	start, err := parseClock(a, false)
 	if err != nil {
-		return Window{}, fmt.Errorf("%q: start %v", config.Clip(text), err)
+		return Window{}, fmt.Errorf("%q: start %v", yamlconf.Clip(text), err)
 	}
 	end, err := parseClock(b, true)
 	if err != nil {
-		return Window{}, fmt.Errorf("%q: end %v", config.Clip(text), err)
+		return Window{}, fmt.Errorf("%q: end %v", yamlconf.Clip(text), err)
 	}
 	if start == end {
-		return Window{}, fmt.Errorf("%q starts and ends at the same time: want a window such as \"22:00-08:00\" (\"00:00-24:00\" for all day)", config.Clip(text))
+		return Window{}, fmt.Errorf("%q starts and ends at the same time: want a window such as \"22:00-08:00\" (\"00:00-24:00\" for all day)", yamlconf.Clip(text))
 	}
 	return Window{start: start, end: end, text: strings.TrimSpace(text)}, nil
 }
@@ -93,7 +93,7 @@ func loadZone(zone string) (*time.Location, error) {
 	}
 	loc, err := time.LoadLocation(zone)
 	if err != nil {
-		return nil, fmt.Errorf("%q is not a known time zone: want an IANA name such as \"Europe/Berlin\" or \"UTC\"", config.Clip(zone))
+		return nil, fmt.Errorf("%q is not a known time zone: want an IANA name such as \"Europe/Berlin\" or \"UTC\"", yamlconf.Clip(zone))
 	}
 	return loc, nil
 }

@@ -9,13 +9,14 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Error is one problem in a file the arbiter reads (the policy, the tokens file, its own
-// config): where it is and what is wrong, in the agent config's format. Parsers return one
-// Error per problem, joined with errors.Join, one per line, sorted by line.
-type Error = config.Error
+// config): where it is and what is wrong, in the same format as the agent's config (both use
+// internal/yamlconf). Parsers return one Error per problem, joined with errors.Join, one per
+// line, sorted by line.
+type Error = yamlconf.Error
 
 // yamlDoc decodes one YAML file by hand, node by node, so that every problem carries its line
 // and key path and all problems are reported together.
@@ -33,7 +34,7 @@ func (d *yamlDoc) err() error {
 	if len(d.errs) == 0 {
 		return nil
 	}
-	return config.JoinErrors(d.errs)
+	return yamlconf.JoinErrors(d.errs)
 }
 
 // field is one key of a YAML mapping: its name, whether it must be there, and how its value is
@@ -48,18 +49,18 @@ type field struct {
 // mapping decodes the mapping n field by field. Unknown and duplicate keys are errors; so are
 // required keys that are missing (reported at line, the line of the mapping's own key).
 func (d *yamlDoc) mapping(n *yaml.Node, prefix string, line int, fields []field) {
-	n = config.ResolveAlias(n)
-	if config.IsNull(n) {
+	n = yamlconf.ResolveAlias(n)
+	if yamlconf.IsNull(n) {
 		n = &yaml.Node{Kind: yaml.MappingNode}
 	}
 	if n.Kind != yaml.MappingNode {
-		d.errorf(line, prefix, "got %s: want a mapping with keys %s", config.DescribeNode(n), fieldList(fields))
+		d.errorf(line, prefix, "got %s: want a mapping with keys %s", yamlconf.DescribeNode(n), fieldList(fields))
 		return
 	}
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := config.ResolveAlias(n.Content[i]), config.ResolveAlias(n.Content[i+1])
-		name := config.KeyName(k)
+		k, v := yamlconf.ResolveAlias(n.Content[i]), yamlconf.ResolveAlias(n.Content[i+1])
+		name := yamlconf.KeyName(k)
 		key := joinKey(prefix, name)
 		var f *field
 		for j := range fields {
@@ -94,27 +95,27 @@ func (d *yamlDoc) mapping(n *yaml.Node, prefix string, line int, fields []field)
 
 // list decodes a sequence, calling each with the item's key ("rules[2]") and line.
 func (d *yamlDoc) list(v *yaml.Node, key string, line int, want string, each func(item *yaml.Node, key string, line int)) {
-	if config.IsNull(v) {
+	if yamlconf.IsNull(v) {
 		return
 	}
 	if v.Kind != yaml.SequenceNode {
-		d.errorf(line, key, "got %s: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "got %s: want %s", yamlconf.DescribeNode(v), want)
 		return
 	}
 	for i, item := range v.Content {
-		item = config.ResolveAlias(item)
+		item = yamlconf.ResolveAlias(item)
 		each(item, fmt.Sprintf("%s[%d]", key, i), item.Line)
 	}
 }
 
 // scalar returns v's text, or reports that it is missing or not a scalar.
 func (d *yamlDoc) scalar(v *yaml.Node, key string, line int, want string) (string, bool) {
-	if config.IsNull(v) {
+	if yamlconf.IsNull(v) {
 		d.errorf(line, key, "missing value: want %s", want)
 		return "", false
 	}
 	if v.Kind != yaml.ScalarNode {
-		d.errorf(line, key, "got %s: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "got %s: want %s", yamlconf.DescribeNode(v), want)
 		return "", false
 	}
 	return v.Value, true
@@ -130,7 +131,7 @@ func (d *yamlDoc) str(v *yaml.Node, key string, line int, want string, ok func(s
 		ok = func(s string) bool { return s != "" }
 	}
 	if !ok(s) {
-		d.errorf(line, key, "%s is not allowed: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "%s is not allowed: want %s", yamlconf.DescribeNode(v), want)
 		return "", false
 	}
 	return s, true
@@ -143,11 +144,11 @@ func (d *yamlDoc) integer(v *yaml.Node, key string, line int, want string, lo, h
 	}
 	var n int64
 	if v.ShortTag() != "!!int" || v.Decode(&n) != nil {
-		d.errorf(line, key, "%s is not an integer: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "%s is not an integer: want %s", yamlconf.DescribeNode(v), want)
 		return 0, false
 	}
 	if n < lo || n > hi {
-		d.errorf(line, key, "%s is out of range: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "%s is out of range: want %s", yamlconf.DescribeNode(v), want)
 		return 0, false
 	}
 	return n, true
@@ -160,17 +161,17 @@ func (d *yamlDoc) number(v *yaml.Node, key string, line int, want string, ok fun
 	}
 	var f float64
 	if tag := v.ShortTag(); (tag != "!!int" && tag != "!!float") || v.Decode(&f) != nil {
-		d.errorf(line, key, "%s is not a number: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "%s is not a number: want %s", yamlconf.DescribeNode(v), want)
 		return 0, false
 	}
 	if !ok(f) {
-		d.errorf(line, key, "%s is out of range: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "%s is out of range: want %s", yamlconf.DescribeNode(v), want)
 		return 0, false
 	}
 	return f, true
 }
 
-// size decodes bytes: an integer or a string such as "32Gi" (config.ParseSize), at most hi.
+// size decodes bytes: an integer or a string such as "32Gi" (yamlconf.ParseSize), at most hi.
 func (d *yamlDoc) size(v *yaml.Node, key string, line int, want string, hi int64) (int64, bool) {
 	s, good := d.scalar(v, key, line, want)
 	if !good {
@@ -180,21 +181,21 @@ func (d *yamlDoc) size(v *yaml.Node, key string, line int, want string, hi int64
 	switch v.ShortTag() {
 	case "!!int":
 		if v.Decode(&n) != nil {
-			d.errorf(line, key, "%s is too large: want %s", config.DescribeNode(v), want)
+			d.errorf(line, key, "%s is too large: want %s", yamlconf.DescribeNode(v), want)
 			return 0, false
 		}
 	case "!!str":
 		var err error
-		if n, err = config.ParseSize(s); err != nil {
-			d.errorf(line, key, "%s is not a valid size: want %s", config.DescribeNode(v), want)
+		if n, err = yamlconf.ParseSize(s); err != nil {
+			d.errorf(line, key, "%s is not a valid size: want %s", yamlconf.DescribeNode(v), want)
 			return 0, false
 		}
 	default:
-		d.errorf(line, key, "%s is not a valid size: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "%s is not a valid size: want %s", yamlconf.DescribeNode(v), want)
 		return 0, false
 	}
 	if n < 0 || n > hi {
-		d.errorf(line, key, "%s is out of range: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "%s is out of range: want %s", yamlconf.DescribeNode(v), want)
 		return 0, false
 	}
 	return n, true
@@ -212,11 +213,11 @@ func (d *yamlDoc) duration(v *yaml.Node, key string, line int, want string, lo, 
 		if tag := v.ShortTag(); tag == "!!int" || tag == "!!float" {
 			hint = " (a unit is required)"
 		}
-		d.errorf(line, key, "%s is not a duration%s: want %s", config.DescribeNode(v), hint, want)
+		d.errorf(line, key, "%s is not a duration%s: want %s", yamlconf.DescribeNode(v), hint, want)
 		return 0, false
 	}
 	if dur < lo || dur > hi {
-		d.errorf(line, key, "%s is out of range: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "%s is out of range: want %s", yamlconf.DescribeNode(v), want)
 		return 0, false
 	}
 	return dur, true
@@ -226,21 +227,21 @@ func (d *yamlDoc) duration(v *yaml.Node, key string, line int, want string, lo, 
 // one entry.
 func (d *yamlDoc) stringMap(v *yaml.Node, key string, line int, want string, check func(k, val string) string) (map[string]string, bool) {
 	out := map[string]string{}
-	if config.IsNull(v) {
+	if yamlconf.IsNull(v) {
 		return out, true
 	}
 	if v.Kind != yaml.MappingNode {
-		d.errorf(line, key, "got %s: want %s", config.DescribeNode(v), want)
+		d.errorf(line, key, "got %s: want %s", yamlconf.DescribeNode(v), want)
 		return nil, false
 	}
 	ok := true
 	seen := map[string]int{}
 	for i := 0; i+1 < len(v.Content); i += 2 {
-		k, val := config.ResolveAlias(v.Content[i]), config.ResolveAlias(v.Content[i+1])
-		name := config.KeyName(k)
+		k, val := yamlconf.ResolveAlias(v.Content[i]), yamlconf.ResolveAlias(v.Content[i+1])
+		name := yamlconf.KeyName(k)
 		ekey := joinKey(key, name)
-		if k.Kind != yaml.ScalarNode || config.IsNull(k) {
-			d.errorf(k.Line, ekey, "got %s as a key: want %s", config.DescribeNode(k), want)
+		if k.Kind != yaml.ScalarNode || yamlconf.IsNull(k) {
+			d.errorf(k.Line, ekey, "got %s as a key: want %s", yamlconf.DescribeNode(k), want)
 			ok = false
 			continue
 		}
@@ -255,7 +256,7 @@ func (d *yamlDoc) stringMap(v *yaml.Node, key string, line int, want string, che
 			ok = false
 			continue
 		}
-		if config.IsNull(val) {
+		if yamlconf.IsNull(val) {
 			s = ""
 		}
 		if msg := check(k.Value, s); msg != "" {
@@ -283,13 +284,13 @@ func parseRoot(name string, data []byte, what string) (root *yaml.Node, err erro
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, yamlError(name, err)
+		return nil, yamlconf.SyntaxError(name, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		return nil, &Error{File: name, Line: extra.Line, Msg: "more than one YAML document: want a single " + what}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, yamlError(name, err)
+		return nil, yamlconf.SyntaxError(name, err)
 	}
 	root = &doc
 	if root.Kind == yaml.DocumentNode {
@@ -298,21 +299,14 @@ func parseRoot(name string, data []byte, what string) (root *yaml.Node, err erro
 		}
 		root = root.Content[0]
 	}
-	root = config.ResolveAlias(root)
-	if config.IsNull(root) {
+	root = yamlconf.ResolveAlias(root)
+	if yamlconf.IsNull(root) {
 		return nil, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a %s (a mapping)", config.DescribeNode(root), what)}
+		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a %s (a mapping)", yamlconf.DescribeNode(root), what)}
 	}
 	return root, nil
-}
-
-// yamlError turns a YAML syntax error ("yaml: line 3: did not find expected key") into an
-// Error with file and line, counted as agent/config does.
-func yamlError(name string, err error) error {
-	line, msg := config.YAMLErrorLine(err)
-	return &Error{File: name, Line: line, Msg: "invalid YAML: " + msg}
 }
 
 func joinKey(prefix, key string) string {
@@ -338,7 +332,7 @@ func suggest(name string, fields []field) string {
 		if strings.EqualFold(f.name, name) {
 			return f.name
 		}
-		if dist := config.EditDistance(strings.ToLower(name), strings.ToLower(f.name)); dist < bestDist {
+		if dist := yamlconf.EditDistance(strings.ToLower(name), strings.ToLower(f.name)); dist < bestDist {
 			best, bestDist = f.name, dist
 		}
 	}

@@ -3,28 +3,27 @@
 //
 // Every key is optional; an empty file gives Default(). Keys are camelCase.
 // Durations are Go duration strings ("10ms", "1s"), sizes are bytes as an
-// integer or a string with a suffix (see ParseSize), CPU lists use the Linux
-// cpulist syntax ("0-3,8"). Unknown keys, wrong types and bad values are
-// errors that name the file, the line and the full key path; all problems
-// in a file are reported together, one per line.
+// integer or a string with a suffix (see yamlconf.ParseSize), CPU lists use
+// the Linux cpulist syntax ("0-3,8"). Unknown keys, wrong types and bad
+// values are errors that name the file, the line and the full key path; all
+// problems in a file are reported together, one per line. The YAML helpers
+// and the error type are shared with the arbiter (internal/yamlconf).
 //
 // docs/config.md is the reference of every key.
 package config
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Modes of operation.
@@ -213,14 +212,6 @@ type Status struct {
 	ActionHistory int `yaml:"actionHistory"`
 }
 
-// Size multiples.
-const (
-	Ki int64 = 1 << 10
-	Mi int64 = 1 << 20
-	Gi int64 = 1 << 30
-	Ti int64 = 1 << 40
-)
-
 // Default returns the default configuration. NodeName is the host name, or
 // "localhost" when it cannot be read.
 func Default() Config {
@@ -250,11 +241,11 @@ func Default() Config {
 			SpikeThreshold:       0.8,
 		},
 		Memory: Memory{
-			ReservedSystemBytes:      1 * Gi,
-			MinReclaimedBytes:        256 * Mi,
-			SafetyMarginBytes:        512 * Mi,
-			GrowStepBytes:            1 * Gi,
-			EvictAvailableBelowBytes: 512 * Mi,
+			ReservedSystemBytes:      1 * yamlconf.Gi,
+			MinReclaimedBytes:        256 * yamlconf.Mi,
+			SafetyMarginBytes:        512 * yamlconf.Mi,
+			GrowStepBytes:            1 * yamlconf.Gi,
+			EvictAvailableBelowBytes: 512 * yamlconf.Mi,
 			EvictPressureAbove:       10,
 		},
 		Loops: Loops{
@@ -302,32 +293,9 @@ func Load(path string) (Config, error) {
 	return Parse(path, data)
 }
 
-// Error is one problem in a config: where it is and what is wrong. Parse and
-// Validate return one Error per problem, joined with errors.Join.
-type Error struct {
-	File string // file name as given to Parse; "" from Validate
-	Line int    // 1-based; 0 when unknown
-	Key  string // full key path, such as "cpu.growStepMilliCPU"; "" for the whole file
-	Msg  string // what is wrong and what is allowed
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	if e.File != "" {
-		b.WriteString(e.File)
-		if e.Line > 0 {
-			b.WriteString(":")
-			b.WriteString(strconv.Itoa(e.Line))
-		}
-		b.WriteString(": ")
-	}
-	if e.Key != "" {
-		b.WriteString(e.Key)
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	return b.String()
-}
+// Error is one problem in a config: where it is and what is wrong. Parse and Validate return
+// one Error per problem, joined with errors.Join.
+type Error = yamlconf.Error
 
 // Parse decodes a config file on top of Default() and validates the result.
 // name (usually the file path) is used in error messages. On error the
@@ -365,7 +333,7 @@ func Parse(name string, data []byte) (cfg Config, err error) {
 		d.errs = append(d.errs, &Error{File: name, Line: line, Key: p.key, Msg: p.msg})
 	}
 	if len(d.errs) > 0 {
-		return Config{}, JoinErrors(d.errs)
+		return Config{}, yamlconf.JoinErrors(d.errs)
 	}
 	return cfg, nil
 }
@@ -379,13 +347,13 @@ func parseYAML(name string, data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, yamlError(name, err)
+		return nil, yamlconf.SyntaxError(name, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		return nil, &Error{File: name, Line: extra.Line, Msg: "more than one YAML document: want a single mapping of settings"}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, yamlError(name, err)
+		return nil, yamlconf.SyntaxError(name, err)
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode {
@@ -394,89 +362,12 @@ func parseYAML(name string, data []byte) (*yaml.Node, error) {
 		}
 		root = root.Content[0]
 	}
-	root = ResolveAlias(root)
-	if IsNull(root) {
+	root = yamlconf.ResolveAlias(root)
+	if yamlconf.IsNull(root) {
 		return nil, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a mapping of settings such as \"mode: standalone\"", DescribeNode(root))}
+		return nil, &Error{File: name, Line: root.Line, Msg: fmt.Sprintf("got %s at top level: want a mapping of settings such as \"mode: standalone\"", yamlconf.DescribeNode(root))}
 	}
 	return root, nil
-}
-
-// yamlError turns a YAML syntax error ("yaml: line 3: did not find expected
-// key") into an Error with file and line.
-//
-// The YAML library counts lines from 1 in scanner errors but from 0 in
-// parser errors, and leaves the line out when its count is 0; this puts
-// both on a 1-based count.
-func yamlError(name string, err error) error {
-	line, msg := YAMLErrorLine(err)
-	return &Error{File: name, Line: line, Msg: "invalid YAML: " + msg}
-}
-
-// YAMLErrorLine splits a YAML syntax error into its 1-based line (0 when it has none) and
-// message; the arbiter's policy parser shares it.
-func YAMLErrorLine(err error) (line int, msg string) {
-	msg = strings.TrimPrefix(err.Error(), "yaml: ")
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, after, ok := strings.Cut(rest, ": "); ok {
-			if v, err := strconv.Atoi(n); err == nil {
-				line, msg = v, after
-			}
-		}
-	}
-	switch {
-	case yamlParserProblems[msg]:
-		line++
-	case line == 0 && isYAMLScannerProblem(msg):
-		line = 1
-	}
-	return line, msg
-}
-
-// yamlParserProblems are the messages of the YAML library's parser errors.
-var yamlParserProblems = map[string]bool{
-	"did not find expected ',' or ']'":       true,
-	"did not find expected ',' or '}'":       true,
-	"did not find expected '-' indicator":    true,
-	"did not find expected <document start>": true,
-	"did not find expected <stream-start>":   true,
-	"did not find expected key":              true,
-	"did not find expected node content":     true,
-	"found duplicate %TAG directive":         true,
-	"found duplicate %YAML directive":        true,
-	"found incompatible YAML document":       true,
-	"found undefined tag handle":             true,
-}
-
-// isYAMLScannerProblem tells the YAML library's scanner errors, which have
-// a position, from its other errors (unknown anchor, bad UTF-8), which may not.
-func isYAMLScannerProblem(msg string) bool {
-	for _, p := range []string{"did not find ", "could not find ", "found ", "block sequence entries are not allowed", "mapping keys are not allowed", "mapping values are not allowed", "exceeded max depth"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// JoinErrors sorts errs by line, problems without a line last, and joins
-// them one per line.
-func JoinErrors(errs []*Error) error {
-	slices.SortStableFunc(errs, func(a, b *Error) int {
-		return cmp.Compare(lineKey(a), lineKey(b))
-	})
-	out := make([]error, len(errs))
-	for i, e := range errs {
-		out[i] = e
-	}
-	return errors.Join(out...)
-}
-
-func lineKey(e *Error) int {
-	if e.Line <= 0 {
-		return math.MaxInt
-	}
-	return e.Line
 }

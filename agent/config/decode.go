@@ -7,6 +7,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // decoder applies a YAML mapping onto a Config, collecting every problem.
@@ -33,13 +35,13 @@ func joinKey(prefix, key string) string {
 func (d *decoder) mapping(n *yaml.Node, prefix string, entries []*entry, c *Config) {
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		keyNode, v := n.Content[i], ResolveAlias(n.Content[i+1])
+		keyNode, v := n.Content[i], yamlconf.ResolveAlias(n.Content[i+1])
 		line := keyNode.Line
-		k := ResolveAlias(keyNode)
-		name := KeyName(k)
+		k := yamlconf.ResolveAlias(keyNode)
+		name := yamlconf.KeyName(k)
 		p := joinKey(prefix, name)
 		var e *entry
-		if k.Kind == yaml.ScalarNode && !IsNull(k) {
+		if k.Kind == yaml.ScalarNode && !yamlconf.IsNull(k) {
 			for _, cand := range entries {
 				if cand.key == name {
 					e = cand
@@ -64,11 +66,11 @@ func (d *decoder) mapping(n *yaml.Node, prefix string, entries []*entry, c *Conf
 		seen[name] = line
 		d.lines[p] = line
 		if e.kind == kindSection {
-			if IsNull(v) {
+			if yamlconf.IsNull(v) {
 				continue // "cpu:" with nothing below keeps the defaults
 			}
 			if v.Kind != yaml.MappingNode {
-				d.errorf(line, p, "got %s: want a mapping with keys %s", DescribeNode(v), keyList(e.children))
+				d.errorf(line, p, "got %s: want a mapping with keys %s", yamlconf.DescribeNode(v), keyList(e.children))
 				continue
 			}
 			d.mapping(v, p, e.children, c)
@@ -80,12 +82,12 @@ func (d *decoder) mapping(n *yaml.Node, prefix string, entries []*entry, c *Conf
 
 // leaf decodes one value into its field.
 func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) {
-	if IsNull(v) {
+	if yamlconf.IsNull(v) {
 		d.errorf(line, key, "missing value: want %s", e.want)
 		return
 	}
 	if v.Kind != yaml.ScalarNode {
-		d.errorf(line, key, "got %s: want %s", DescribeNode(v), e.want)
+		d.errorf(line, key, "got %s: want %s", yamlconf.DescribeNode(v), e.want)
 		return
 	}
 	tag := v.ShortTag()
@@ -95,7 +97,7 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 	case kindInt:
 		var n int64
 		if tag != "!!int" || v.Decode(&n) != nil {
-			d.errorf(line, key, "%s is not an integer: want %s", DescribeNode(v), e.want)
+			d.errorf(line, key, "%s is not an integer: want %s", yamlconf.DescribeNode(v), e.want)
 			return
 		}
 		switch p := e.ptr(c).(type) {
@@ -103,7 +105,7 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 			*p = n
 		case *int:
 			if int64(int(n)) != n {
-				d.errorf(line, key, "%s is out of range: want %s", DescribeNode(v), e.want)
+				d.errorf(line, key, "%s is out of range: want %s", yamlconf.DescribeNode(v), e.want)
 				return
 			}
 			*p = int(n)
@@ -111,14 +113,14 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 	case kindFloat:
 		var f float64
 		if (tag != "!!int" && tag != "!!float") || v.Decode(&f) != nil {
-			d.errorf(line, key, "%s is not a number: want %s", DescribeNode(v), e.want)
+			d.errorf(line, key, "%s is not a number: want %s", yamlconf.DescribeNode(v), e.want)
 			return
 		}
 		*e.ptr(c).(*float64) = f
 	case kindBool:
 		var b bool
 		if tag != "!!bool" || v.Decode(&b) != nil {
-			d.errorf(line, key, "%s is not a boolean: want %s", DescribeNode(v), e.want)
+			d.errorf(line, key, "%s is not a boolean: want %s", yamlconf.DescribeNode(v), e.want)
 			return
 		}
 		*e.ptr(c).(*bool) = b
@@ -129,7 +131,7 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 			if tag == "!!int" || tag == "!!float" {
 				hint = " (a unit is required)"
 			}
-			d.errorf(line, key, "%s is not a duration%s: want %s", DescribeNode(v), hint, e.want)
+			d.errorf(line, key, "%s is not a duration%s: want %s", yamlconf.DescribeNode(v), hint, e.want)
 			return
 		}
 		*e.ptr(c).(*time.Duration) = dur
@@ -138,24 +140,24 @@ func (d *decoder) leaf(v *yaml.Node, line int, key string, e *entry, c *Config) 
 		switch tag {
 		case "!!int":
 			if v.Decode(&n) != nil {
-				d.errorf(line, key, "%s is not a valid size (too large): want %s", DescribeNode(v), e.want)
+				d.errorf(line, key, "%s is not a valid size (too large): want %s", yamlconf.DescribeNode(v), e.want)
 				return
 			}
 		case "!!str":
 			var reason string
-			if n, reason = parseSize(v.Value); reason != "" {
-				d.errorf(line, key, "%s is not a valid size (%s): want %s", DescribeNode(v), reason, e.want)
+			if n, reason = yamlconf.ParseSizeReason(v.Value); reason != "" {
+				d.errorf(line, key, "%s is not a valid size (%s): want %s", yamlconf.DescribeNode(v), reason, e.want)
 				return
 			}
 		default:
-			d.errorf(line, key, "%s is not a valid size: want %s", DescribeNode(v), e.want)
+			d.errorf(line, key, "%s is not a valid size: want %s", yamlconf.DescribeNode(v), e.want)
 			return
 		}
 		*e.ptr(c).(*int64) = n
 	case kindCPUSet:
 		set, reason := parseCPUList(v.Value)
 		if reason != "" {
-			d.errorf(line, key, "%s is not a valid CPU list (%s): want %s", DescribeNode(v), reason, e.want)
+			d.errorf(line, key, "%s is not a valid CPU list (%s): want %s", yamlconf.DescribeNode(v), reason, e.want)
 			return
 		}
 		*e.ptr(c).(*cpuset.CPUSet) = set

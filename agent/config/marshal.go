@@ -6,6 +6,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // MarshalYAML writes c as a config file that Parse reads back to c: every
@@ -38,7 +40,7 @@ func scalarNode(e *entry, c *Config) *yaml.Node {
 		tag, val = "!!int", strconv.Itoa(*p)
 	case *int64:
 		if e.kind == kindSize {
-			if val = FormatSize(*p); val == strconv.FormatInt(*p, 10) {
+			if val = yamlconf.FormatSize(*p); val == strconv.FormatInt(*p, 10) {
 				tag = "!!int"
 			}
 		} else {

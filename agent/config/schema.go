@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // kind is how a key's value is written in the file.
@@ -121,10 +123,8 @@ func inRange(lo, hi float64, loOpen bool) func(float64) bool {
 	}
 }
 
-const sizeSuffixes = "suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000)"
-
 func sizeWant(cond, example string) string {
-	return fmt.Sprintf("a size %s: bytes as an integer, or a number with a %s, such as %q", cond, sizeSuffixes, example)
+	return fmt.Sprintf("a size %s: bytes as an integer, or a number with a %s, such as %q", cond, yamlconf.SizeSuffixes, example)
 }
 
 // schema is every key of the config file, in the order of docs/config.md.
@@ -392,7 +392,7 @@ func suggest(unknown string, entries []*entry) string {
 	}
 	best, bestDist := "", 3
 	for _, e := range entries {
-		if d := EditDistance(lu, strings.ToLower(e.key)); d < bestDist {
+		if d := yamlconf.EditDistance(lu, strings.ToLower(e.key)); d < bestDist {
 			best, bestDist = e.key, d
 		}
 	}

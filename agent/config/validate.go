@@ -1,6 +1,10 @@
 package config
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/tidalqos/tidal/internal/yamlconf"
+)
 
 // problem is a value that Validate rejects.
 type problem struct {
@@ -66,5 +70,5 @@ func (c Config) Validate() error {
 	for i, p := range ps {
 		errs[i] = &Error{Key: p.key, Msg: p.msg}
 	}
-	return JoinErrors(errs)
+	return yamlconf.JoinErrors(errs)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidalqos/tidal/agent"
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // childCommand is the hidden first stage of `tidal run`: a child that waits until the agent has
@@ -50,7 +51,7 @@ func runRun(args []string) error {
 	var memBytes int64
 	if *memory != "" {
 		var err error
-		if memBytes, err = config.ParseSize(*memory); err != nil {
+		if memBytes, err = yamlconf.ParseSize(*memory); err != nil {
 			return fmt.Errorf("--memory %q: %v", *memory, err)
 		}
 	}

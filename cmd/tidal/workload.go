@@ -7,8 +7,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/tidalqos/tidal/agent/config"
-	"github.com/tidalqos/tidal/tests/workload"
+	"github.com/tidalqos/tidal/internal/workload"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // runWorkload runs one of the demo and benchmark workloads (hidden: `tidal workload KIND`).
@@ -53,7 +53,7 @@ func runWorkload(ctx context.Context, args []string) error {
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		n, err := config.ParseSize(*size)
+		n, err := yamlconf.ParseSize(*size)
 		if err != nil {
 			return fmt.Errorf("--size: %v", err)
 		}
@@ -64,11 +64,11 @@ func runWorkload(ctx context.Context, args []string) error {
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		t, err := config.ParseSize(*target)
+		t, err := yamlconf.ParseSize(*target)
 		if err != nil {
 			return fmt.Errorf("--target: %v", err)
 		}
-		r, err := config.ParseSize(*rate)
+		r, err := yamlconf.ParseSize(*rate)
 		if err != nil {
 			return fmt.Errorf("--rate: %v", err)
 		}

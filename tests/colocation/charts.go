@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/tidalqos/tidal/tests/workload"
+	"github.com/tidalqos/tidal/internal/workload"
 )
 
 // scales are the axes every scenario's chart shares, so the plots compare at a glance.

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/tidalqos/tidal/tests/workload"
+	"github.com/tidalqos/tidal/internal/workload"
 )
 
 // runResult is what one run of one scenario measured.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidalqos/tidal/internal/workload"
 	"github.com/tidalqos/tidal/reporter"
-	"github.com/tidalqos/tidal/tests/workload"
 )
 
 // Pure-logic tests: no root, no cgroups. The benchmark itself is exercised by running it.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidalqos/tidal/tests/workload"
+	"github.com/tidalqos/tidal/internal/workload"
 )
 
 // The compressed tidal day, as shares of -day: a valley, a ramp up to the peak, the peak, a

@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/tidalqos/tidal/tests/workload"
+	"github.com/tidalqos/tidal/internal/workload"
 )
 
 // Targets from issue 3.

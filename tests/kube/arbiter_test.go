@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tidalqos/tidal/arbiter"
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 )
 
 // Leader election in these tests: short, so that a failover takes seconds.
@@ -228,37 +229,37 @@ func (a *arbProc) ready() bool {
 	return code == http.StatusOK
 }
 
-// report sends node's report with token and returns the lease or the *arbiter.APIError.
-func (a *arbProc) report(node, token string, labels map[string]string) (arbiter.Lease, error) {
-	c := &arbiter.Client{URL: a.url, Token: token, NodeName: node, HTTP: &http.Client{Timeout: 5 * time.Second}}
+// report sends node's report with token and returns the lease or the *arbiterapi.APIError.
+func (a *arbProc) report(node, token string, labels map[string]string) (arbiterapi.Lease, error) {
+	c := &arbiterapi.Client{URL: a.url, Token: token, NodeName: node, HTTP: &http.Client{Timeout: 5 * time.Second}}
 	return c.Report(context.Background(), arbReport(node, labels))
 }
 
-func arbReport(node string, labels map[string]string) arbiter.Report {
+func arbReport(node string, labels map[string]string) arbiterapi.Report {
 	const gi = int64(1) << 30
-	return arbiter.Report{
+	return arbiterapi.Report{
 		Node: node, Labels: labels, Time: time.Now(),
-		Capacity: arbiter.Resources{MilliCPU: 64000, MemoryBytes: 256 * gi, GPUs: 4},
-		Online:   arbiter.Online{Used: arbiter.Usage{MilliCPU: 8000, MemoryBytes: 32 * gi}, Predicted: arbiter.Usage{MilliCPU: 12000, MemoryBytes: 48 * gi}, Utilization: 0.2},
-		Lendable: arbiter.Lendable{MilliCPU: 16000, MemoryBytes: 64 * gi, GPUs: 4, GPUUUIDs: []string{node + "-GPU-0", node + "-GPU-1", node + "-GPU-2", node + "-GPU-3"}},
+		Capacity: arbiterapi.Resources{MilliCPU: 64000, MemoryBytes: 256 * gi, GPUs: 4},
+		Online:   arbiterapi.Online{Used: arbiterapi.Usage{MilliCPU: 8000, MemoryBytes: 32 * gi}, Predicted: arbiterapi.Usage{MilliCPU: 12000, MemoryBytes: 48 * gi}, Utilization: 0.2},
+		Lendable: arbiterapi.Lendable{MilliCPU: 16000, MemoryBytes: 64 * gi, GPUs: 4, GPUUUIDs: []string{node + "-GPU-0", node + "-GPU-1", node + "-GPU-2", node + "-GPU-3"}},
 	}
 }
 
 func statusOf(err error) int {
-	var apiErr *arbiter.APIError
+	var apiErr *arbiterapi.APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.StatusCode
 	}
 	return 0
 }
 
-func grantTo(l arbiter.Lease, queue string) (arbiter.Grant, bool) {
+func grantTo(l arbiterapi.Lease, queue string) (arbiterapi.Grant, bool) {
 	for _, g := range l.Grants {
 		if g.Queue == queue {
 			return g, true
 		}
 	}
-	return arbiter.Grant{}, false
+	return arbiterapi.Grant{}, false
 }
 
 // metric returns the value of one series (name with labels, as exposed) or "".
@@ -273,13 +274,13 @@ func (a *arbProc) metric(series string) string {
 }
 
 // leaseAnnotation is the lease the arbiter wrote on a Node, or nil.
-func (e *arbEnv) leaseAnnotation(node string) *arbiter.Lease {
+func (e *arbEnv) leaseAnnotation(node string) *arbiterapi.Lease {
 	e.t.Helper()
 	raw, ok := e.node(e.t, node).Annotations[arbiter.LeaseAnnotation]
 	if !ok {
 		return nil
 	}
-	var l arbiter.Lease
+	var l arbiterapi.Lease
 	if err := json.Unmarshal([]byte(raw), &l); err != nil {
 		e.t.Fatalf("%s annotation %s: %v", node, raw, err)
 	}
@@ -666,7 +667,7 @@ func TestArbiterRestartKeepsLeases(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &n) != nil || !n.Restored || n.Lease.Generation != leaseA.Generation {
 		t.Errorf("restored node-a: %d %s", code, body)
 	}
-	for node, want := range map[string]arbiter.Lease{"node-a": leaseA, "node-b": leaseB} {
+	for node, want := range map[string]arbiterapi.Lease{"node-a": leaseA, "node-b": leaseB} {
 		tok := map[string]string{"node-a": tokA, "node-b": tokB}[node]
 		got, err := b.report(node, tok, nil)
 		if err != nil {

@@ -1,5 +1,5 @@
 // Command burner is the CPU burner image of the CRI integration tests: the project's offline
-// workload (tests/workload.RunBurner, what `tidal workload burner` runs) without the rest of
+// workload (internal/workload.RunBurner, what `tidal workload burner` runs) without the rest of
 // cmd/tidal, whose NVML binding needs cgo and so cannot be linked static (CGO_ENABLED=0) for
 // a libc-less image. It prints one JSON line per report interval and stops on SIGTERM.
 package main
@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tidalqos/tidal/tests/workload"
+	"github.com/tidalqos/tidal/internal/workload"
 )
 
 func main() {

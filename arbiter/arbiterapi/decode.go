@@ -1,4 +1,4 @@
-package arbiter
+package arbiterapi
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // DecodeReport reads one JSON report from body. Unknown fields, missing fields, wrong types
@@ -125,7 +125,7 @@ func (w *wireReport) report(c *checker) Report {
 	if need(c, "time", w.Time, "an RFC 3339 time") {
 		t, err := time.Parse(time.RFC3339Nano, *w.Time)
 		if err != nil {
-			c.addf("time", "%q is not an RFC 3339 time such as \"2026-03-29T22:00:00Z\"", config.Clip(*w.Time))
+			c.addf("time", "%q is not an RFC 3339 time such as \"2026-03-29T22:00:00Z\"", yamlconf.Clip(*w.Time))
 		}
 		r.Time = t
 	}

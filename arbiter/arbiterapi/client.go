@@ -1,4 +1,4 @@
-package arbiter
+package arbiterapi
 
 import (
 	"bytes"
@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Client is what an agent uses to report to the arbiter.
 //
-//	c := &arbiter.Client{URL: "http://arbiter:9480", Token: token, NodeName: "node-a"}
+//	c := &arbiterapi.Client{URL: "http://arbiter:9480", Token: token, NodeName: "node-a"}
 //	lease, err := c.Report(ctx, report)
 //
 // On error the agent keeps the lease it holds until that lease expires, and lends nothing
@@ -89,8 +89,8 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		return fmt.Errorf("arbiter: reading the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var eb errorBody
-		apiErr := &APIError{StatusCode: resp.StatusCode, Message: strings.TrimSpace(config.Clip(string(data)))}
+		var eb ErrorBody
+		apiErr := &APIError{StatusCode: resp.StatusCode, Message: strings.TrimSpace(yamlconf.Clip(string(data)))}
 		if json.Unmarshal(data, &eb) == nil && eb.Error != "" {
 			apiErr.Message = eb.Error
 			for _, f := range eb.Fields {

@@ -1,4 +1,4 @@
-package arbiter
+package arbiterapi
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/yamlconf"
 )
 
 // Report is what an agent tells the arbiter on every interval: what the node has, what online
@@ -101,30 +101,6 @@ const (
 	maxUUIDLen     = 128
 )
 
-// FieldError is one problem with one field of a request body.
-type FieldError struct {
-	Field string // JSON path such as "capacity.milliCPU" or "numa[1].lendable.gpuUUIDs[0]"
-	Msg   string
-}
-
-func (e FieldError) Error() string {
-	if e.Field == "" {
-		return e.Msg
-	}
-	return e.Field + ": " + e.Msg
-}
-
-// FieldErrors is every problem found in a request body.
-type FieldErrors []FieldError
-
-func (es FieldErrors) Error() string {
-	msgs := make([]string, len(es))
-	for i, e := range es {
-		msgs[i] = e.Error()
-	}
-	return strings.Join(msgs, "; ")
-}
-
 // checker collects field errors.
 type checker struct{ errs FieldErrors }
 
@@ -148,7 +124,7 @@ func (c *checker) amount(field string, v, hi int64) {
 // It returns nil or FieldErrors.
 func (r *Report) Validate(now time.Time, maxSkew time.Duration) error {
 	var c checker
-	if msg := checkNodeName(r.Node); msg != "" {
+	if msg := CheckNodeName(r.Node); msg != "" {
 		c.addf("node", "%s", msg)
 	}
 	if len(r.Labels) > MaxLabels {
@@ -156,7 +132,7 @@ func (r *Report) Validate(now time.Time, maxSkew time.Duration) error {
 	} else {
 		start := len(c.errs)
 		for k, v := range r.Labels {
-			if msg := checkLabel(k, v); msg != "" {
+			if msg := CheckLabel(k, v); msg != "" {
 				c.addf("labels."+k, "%s", msg)
 			}
 		}
@@ -195,9 +171,9 @@ func (r *Report) Validate(now time.Time, maxSkew time.Duration) error {
 		for j, u := range n.Lendable.GPUUUIDs {
 			f := fmt.Sprintf("%s.lendable.gpuUUIDs[%d]", p, j)
 			if !nodeGPUs[u] {
-				c.addf(f, "%q is not in lendable.gpuUUIDs: want a subset of the node's lendable GPUs", config.Clip(u))
+				c.addf(f, "%q is not in lendable.gpuUUIDs: want a subset of the node's lendable GPUs", yamlconf.Clip(u))
 			} else if other, dup := gpuNUMA[u]; dup && other != i {
-				c.addf(f, "%q is also on numa[%d]: want each GPU on one NUMA node", config.Clip(u), other)
+				c.addf(f, "%q is also on numa[%d]: want each GPU on one NUMA node", yamlconf.Clip(u), other)
 			}
 			gpuNUMA[u] = i
 		}
@@ -277,25 +253,28 @@ func checkUUID(u string) string {
 	}
 	for i := 0; i < len(u); i++ {
 		if u[i] <= ' ' || u[i] > '~' {
-			return fmt.Sprintf("%q has a character at %d that is not printable ASCII: want a GPU UUID such as \"GPU-5c1a...\"", config.Clip(u), i)
+			return fmt.Sprintf("%q has a character at %d that is not printable ASCII: want a GPU UUID such as \"GPU-5c1a...\"", yamlconf.Clip(u), i)
 		}
 	}
 	return ""
 }
 
-// checkNodeName accepts a Kubernetes node name: a DNS subdomain (lowercase letters, digits,
-// '-' and '.', starting and ending with a letter or digit, at most 253 characters).
-func checkNodeName(s string) string {
+// CheckNodeName accepts a Kubernetes node name: a DNS subdomain (lowercase letters, digits,
+// '-' and '.', starting and ending with a letter or digit, at most 253 characters). It returns
+// "" or what is wrong.
+func CheckNodeName(s string) string {
 	if s == "" {
 		return "missing: want the node's name"
 	}
-	if len(s) > 253 || !dnsSubdomain(s) {
-		return fmt.Sprintf("%q is not a valid node name: want a DNS subdomain (lowercase letters, digits, '-' and '.'; at most 253 characters)", config.Clip(s))
+	if len(s) > 253 || !IsDNSSubdomain(s) {
+		return fmt.Sprintf("%q is not a valid node name: want a DNS subdomain (lowercase letters, digits, '-' and '.'; at most 253 characters)", yamlconf.Clip(s))
 	}
 	return ""
 }
 
-func dnsSubdomain(s string) bool {
+// IsDNSSubdomain reports whether s is dot-separated DNS labels (lowercase letters, digits and
+// '-' inside, each 1..63 characters); callers check the total length.
+func IsDNSSubdomain(s string) bool {
 	for _, part := range strings.Split(s, ".") {
 		if part == "" || len(part) > 63 {
 			return false
@@ -311,28 +290,28 @@ func dnsSubdomain(s string) bool {
 	return true
 }
 
-// checkLabel accepts a Kubernetes label: key [prefix/]name with a DNS subdomain prefix and a
+// CheckLabel accepts a Kubernetes label: key [prefix/]name with a DNS subdomain prefix and a
 // name of at most 63 characters; value empty or at most 63 characters. Names and values are
-// alphanumeric with '-', '_' and '.' inside.
-func checkLabel(k, v string) string {
+// alphanumeric with '-', '_' and '.' inside. It returns "" or what is wrong.
+func CheckLabel(k, v string) string {
 	name := k
 	if prefix, rest, ok := strings.Cut(k, "/"); ok {
-		if len(prefix) > 253 || !dnsSubdomain(prefix) {
-			return fmt.Sprintf("key %q has an invalid prefix: want a DNS subdomain such as \"tidalqos.io\"", config.Clip(k))
+		if len(prefix) > 253 || !IsDNSSubdomain(prefix) {
+			return fmt.Sprintf("key %q has an invalid prefix: want a DNS subdomain such as \"tidalqos.io\"", yamlconf.Clip(k))
 		}
 		name = rest
 	}
-	if !labelValue(name) || name == "" {
-		return fmt.Sprintf("key %q is not a valid label key: want [prefix/]name, name of 1..63 letters, digits, '-', '_', '.'", config.Clip(k))
+	if !IsLabelValue(name) || name == "" {
+		return fmt.Sprintf("key %q is not a valid label key: want [prefix/]name, name of 1..63 letters, digits, '-', '_', '.'", yamlconf.Clip(k))
 	}
-	if !labelValue(v) {
-		return fmt.Sprintf("value %q is not a valid label value: want at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit", config.Clip(v))
+	if !IsLabelValue(v) {
+		return fmt.Sprintf("value %q is not a valid label value: want at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit", yamlconf.Clip(v))
 	}
 	return ""
 }
 
-// labelValue accepts "" or 1..63 alphanumerics with '-', '_', '.' inside.
-func labelValue(s string) bool {
+// IsLabelValue accepts "" or 1..63 alphanumerics with '-', '_', '.' inside.
+func IsLabelValue(s string) bool {
 	if len(s) > 63 {
 		return false
 	}

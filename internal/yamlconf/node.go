@@ -1,4 +1,4 @@
-package config
+package yamlconf
 
 import (
 	"strconv"
@@ -7,8 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Helpers for decoding YAML node by node with messages that show what was found. The
-// arbiter's files (policy, tokens, its config) are decoded the same way and use them too.
+// Helpers for decoding YAML node by node with messages that show what was found.
 
 // ResolveAlias follows aliases to the node they stand for.
 func ResolveAlias(n *yaml.Node) *yaml.Node {

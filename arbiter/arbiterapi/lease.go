@@ -1,9 +1,6 @@
-package arbiter
+package arbiterapi
 
-import (
-	"slices"
-	"time"
-)
+import "time"
 
 // Lease is the arbiter's answer to a report: what the node lends to which queue, how much and
 // until when. An agent lends only what a lease it holds grants, and nothing once the lease has
@@ -72,12 +69,4 @@ func (l Lease) Total(now time.Time) Resources {
 		sum = sum.Add(g.Resources())
 	}
 	return sum
-}
-
-// sameGrants reports whether a and b lend the same things (Until aside).
-func sameGrants(a, b []Grant) bool {
-	return slices.EqualFunc(a, b, func(x, y Grant) bool {
-		return x.Queue == y.Queue && x.Rule == y.Rule && x.MilliCPU == y.MilliCPU &&
-			x.MemoryBytes == y.MemoryBytes && slices.Equal(x.GPUs, y.GPUs)
-	})
 }

@@ -1,4 +1,4 @@
-package config
+package yamlconf
 
 import (
 	"fmt"
@@ -6,6 +6,17 @@ import (
 	"strconv"
 	"strings"
 )
+
+// Size multiples.
+const (
+	Ki int64 = 1 << 10
+	Mi int64 = 1 << 20
+	Gi int64 = 1 << 30
+	Ti int64 = 1 << 40
+)
+
+// SizeSuffixes names the suffixes ParseSize accepts, for messages that say what a size may be.
+const SizeSuffixes = "suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000)"
 
 var sizeUnits = []struct {
 	suffix string
@@ -21,15 +32,16 @@ var sizeUnits = []struct {
 // such as "512Mi" or "1.5G". The result must be a whole, non-negative number
 // of bytes that fits in an int64.
 func ParseSize(s string) (int64, error) {
-	n, reason := parseSize(s)
+	n, reason := ParseSizeReason(s)
 	if reason != "" {
-		return 0, fmt.Errorf("invalid size %q: %s: want bytes as an integer, or a number with a %s, such as \"512Mi\"", s, reason, sizeSuffixes)
+		return 0, fmt.Errorf("invalid size %q: %s: want bytes as an integer, or a number with a %s, such as \"512Mi\"", s, reason, SizeSuffixes)
 	}
 	return n, nil
 }
 
-// parseSize is ParseSize with the reason for a failure instead of an error.
-func parseSize(s string) (int64, string) {
+// ParseSizeReason is ParseSize with the reason for a failure ("negative", "unknown suffix
+// \"GB\"") instead of an error, for callers that word the message themselves.
+func ParseSizeReason(s string) (int64, string) {
 	t := strings.TrimSpace(s)
 	if t == "" {
 		return 0, "empty"
