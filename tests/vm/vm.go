@@ -67,6 +67,9 @@ func Need(t testing.TB) Tools {
 		}
 		t.Skip(msg)
 	}
+	if testing.Short() {
+		t.Skip("boots a VM")
+	}
 	if os.Geteuid() != 0 {
 		skip("needs root (scripts/vm-tools.sh installs QEMU with apt-get)")
 	}
