@@ -369,3 +369,38 @@ func TestV2RestartAdoption(t *testing.T) {
 		t.Errorf("the reclaimed burner's cgroup lost its process across the restart: %v, %v", pids, err)
 	}
 }
+
+// A v2 host whose root does not enable a controller tidal needs (here cpuset; the host's init
+// system owns the root and tidal never writes it): the agent fails safe. It lends only its
+// minimum, refuses workloads with the reason, and status shows the cgroup error naming the
+// missing files.
+func TestV2MissingRootController(t *testing.T) {
+	n := newNode(t, "")
+	ctl := "/sys/fs/cgroup/cgroup.subtree_control"
+	if err := os.WriteFile(ctl, []byte("-cpuset"), 0); err != nil {
+		t.Fatalf("disable cpuset at the VM's root: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(ctl, []byte("+cpuset"), 0); err != nil {
+			t.Errorf("re-enable cpuset at the VM's root: %v", err)
+		}
+	})
+	n.start()
+	cmd, out := n.run("--tier", "shared", "--name", "web", "--", "true")
+	if err := cmd.Wait(); err == nil || !strings.Contains(out.String(), "cpuset.cpus") {
+		t.Errorf("a workload without the cpuset controller: %v %q; want refused naming cpuset.cpus", err, out)
+	}
+	n.eventually(30*time.Second, "status shows the cgroup error", func() error {
+		s := n.status()
+		if !strings.Contains(s.CgroupError, "cpuset") {
+			return fmt.Errorf("cgroup error %q", s.CgroupError)
+		}
+		if s.Lendable.MilliCPU > 100 {
+			return fmt.Errorf("lends %dm with failing cgroup writes", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	if len(n.status().Workloads) != 0 {
+		t.Errorf("workloads admitted without their cgroups: %+v", n.status().Workloads)
+	}
+}
