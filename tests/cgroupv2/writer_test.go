@@ -127,6 +127,24 @@ func TestV2WriterKnobs(t *testing.T) {
 		t.Errorf("re-reading an unchanged tree cost %d writes: a file reads back other than written", got-before)
 	}
 
+	// Drift someone else made is read back in v2's forms and repaired on the next pass.
+	for f, v := range map[string]string{root + "/reclaimed/cpu.max": "max 100000", root + "/shared/cpu.weight": "100", root + "/reclaimed/memory.max": "max", root + "/shared/cpuset.cpus": "0-1"} {
+		if err := os.WriteFile(filepath.Join(l.Unified, f), []byte(v), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Forget()
+	apply(t, w, tree...)
+	wantFiles(t, l, map[string]string{
+		root + "/reclaimed/cpu.max": "50000 100000", root + "/shared/cpu.weight": "39",
+		root + "/reclaimed/memory.max": strconv.Itoa(64 << 20), root + "/shared/cpuset.cpus": "0",
+	})
+	for _, k := range []string{"cpu.quota", "cpu.shares", "memory.limit", "cpuset.cpus"} {
+		if got := w.Stats().Repairs[k]; got != 1 {
+			t.Errorf("%s repairs = %d, want 1", k, got)
+		}
+	}
+
 	// A process joins a leaf; an inner cgroup with controllers enabled refuses one (EBUSY).
 	p := sleeper(t)
 	if err := w.Attach(root+"/reclaimed/batch", p.Process.Pid); err != nil {
