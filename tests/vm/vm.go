@@ -113,7 +113,7 @@ type Result struct {
 	Console string
 	// Dir is the shared folder (the VM's /mnt), with what the script wrote.
 	Dir string
-	// Boot is how long the VM ran, from QEMU's start to its exit.
+	// Elapsed is how long the VM ran, from QEMU's start to its exit.
 	Elapsed time.Duration
 }
 
