@@ -312,6 +312,14 @@ func (w *Writer) write(path string, k knob, value string) error {
 		return fmt.Errorf("write %s=%s to cgroup %s: %w", k, value, path, err)
 	}
 	w.writes[k]++
+	if k == knobIdle {
+		// The kernel reports a minimum weight for an idle group (cpu.shares 3, cpu.weight 0)
+		// and resets it to the default (1024, 100) when idle goes off, whatever was written
+		// before: what is remembered of shares is no longer the file's, nor was the change
+		// someone else's.
+		delete(w.known[path], knobShares)
+		delete(w.written[path], knobShares)
+	}
 	if prev, ok := w.written[path][k]; ok && old != prev && value == prev {
 		// We had written this value, yet the file held another: someone changed it.
 		w.repairs[k]++

@@ -1,0 +1,57 @@
+package vm_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tidalqos/tidal/tests/vm"
+)
+
+// One boot: the script runs as PID 1's child on a unified hierarchy, its output reaches the
+// console, the files it writes come back and its exit status is returned.
+func TestBootReturnsOutputFilesAndStatus(t *testing.T) {
+	tools := vm.Need(t)
+	res := vm.Boot(t, tools, vm.Spec{
+		Files: map[string]string{"in/data": "vm.go"},
+		Script: `echo "parent=$PPID"
+stat -f -c %T /sys/fs/cgroup
+cat /sys/fs/cgroup/cgroup.subtree_control
+wc -c < in/data > out-size
+echo written > result
+exit 7
+`,
+	})
+	if res.ExitCode != 7 {
+		t.Errorf("exit code %d, want 7\n%s", res.ExitCode, res.Console)
+	}
+	for _, want := range []string{"parent=1", "cgroup2", "cpuset cpu io memory"} {
+		if !strings.Contains(res.Console, want) {
+			t.Errorf("console lacks %q:\n%s", want, res.Console)
+		}
+	}
+	if got, err := res.ReadFile("result"); err != nil || got != "written\n" {
+		t.Errorf("result file: %q, %v", got, err)
+	}
+	if got, err := res.ReadFile("out-size"); err != nil || strings.TrimSpace(got) == "0" {
+		t.Errorf("the copied input file was not seen: size %q, %v", got, err)
+	}
+	t.Logf("VM (%s) ran in %v", tools.KernelPackage, res.Elapsed)
+}
+
+// A VM that dies before the script ends (here a kernel panic) is an error carrying the
+// console log, not an exit status.
+func TestVMFailureCarriesConsole(t *testing.T) {
+	tools := vm.Need(t)
+	res, err := vm.Run(context.Background(), tools, t.TempDir(), vm.Spec{
+		Script: "echo about to panic\necho c > /proc/sysrq-trigger\nsleep 30\n",
+	})
+	var vmErr *vm.VMError
+	if !errors.As(err, &vmErr) {
+		t.Fatalf("a panicking VM returned %v (exit code %d), want a VMError", err, res.ExitCode)
+	}
+	if !strings.Contains(vmErr.Console, "about to panic") || !strings.Contains(err.Error(), "Kernel panic") {
+		t.Errorf("the error lacks the console log:\n%v", err)
+	}
+}
