@@ -14,10 +14,9 @@ import (
 
 	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/agent/kube"
-	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/plugins"
-	"github.com/tidalqos/tidal/plugins/cpu"
+	"github.com/tidalqos/tidal/plugins/policy"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
@@ -93,13 +92,13 @@ func TestV2KubeletLayouts(t *testing.T) {
 			}
 
 			w := newWriter(t, l)
-			pools := cpu.Pools{{Node: 0, Shared: cpuset.New(0, 1), Reclaimed: cpuset.New(1)}}
-			node := isolation.Node{Pools: pools, LentMilliCPU: 700, LentMemory: 256 << 20, Idle: w.SupportsIdle()}
+			pools := plugins.Pools{{Node: 0, Shared: cpuset.New(0, 1), Reclaimed: cpuset.New(1)}}
+			node := plugins.Node{CPUs: cpuset.New(0, 1), Pools: pools, LentMilliCPU: 700, LentMemory: 256 << 20, Idle: w.SupportsIdle()}
 			if !node.Idle {
 				t.Fatal("the writer says the v2 kernel has no cpu.idle")
 			}
-			reclaimed := isolation.Decide(plugins.Workload{Tier: qos.Reclaimed, Cgroup: bePod, KubeletOwned: true}, node)
-			online := isolation.Decide(plugins.Workload{Tier: qos.Shared, Cgroup: gPod, KubeletOwned: true}, node)
+			reclaimed := policy.Default().Decide(plugins.Workload{Tier: qos.Reclaimed, Cgroup: bePod, Owner: plugins.OwnerKubelet}, node)
+			online := policy.Default().Decide(plugins.Workload{Tier: qos.Shared, Cgroup: gPod, Owner: plugins.OwnerKubelet}, node)
 			ctrOf := func(s plugins.Settings) plugins.Settings { return plugins.Settings{CPUs: s.CPUs, Mems: s.Mems} }
 			gone := want.Pod(corev1.PodQOSBestEffort, "99999999-0000-0000-0000-000000000000")
 			apply(t, w,
