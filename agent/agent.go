@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -85,6 +86,8 @@ type Agent struct {
 	// Slow-loop only (one goroutine): the previous reading, and the pass count.
 	sampler sampler
 	passes  int
+	// completedPasses is passes as status reads it.
+	completedPasses atomic.Uint64
 	// fast is the fast path's window (its goroutine only).
 	fast fastWindow
 
@@ -131,16 +134,23 @@ func lockStateDir(dir string) (*os.File, error) {
 }
 
 func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
-	return newAgentAt(cfg, log, "/sys", "/proc")
-}
-
-// newAgentAt builds the agent over the given sys and proc roots (a test's folders).
-func newAgentAt(cfg config.Config, log *slog.Logger, sysDir, procDir string) (*Agent, error) {
 	layout, err := cgroupfs.Detect(cfg.Cgroup.MountPoint, cfg.Cgroup.Version)
 	if err != nil {
 		return nil, err
 	}
-	topo, err := topology.Discover(sysDir, procDir)
+	return newAgentOn(cfg, log, host{sys: "/sys", proc: "/proc", cgroups: layout})
+}
+
+// host is where the agent reads the machine: /sys, /proc and the cgroup mounts (a unit
+// test's folders, so the core's logic is tested without root).
+type host struct {
+	sys, proc string
+	cgroups   *cgroupfs.Layout
+}
+
+func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
+	layout, procDir := h.cgroups, h.proc
+	topo, err := topology.Discover(h.sys, h.proc)
 	if err != nil {
 		return nil, err
 	}

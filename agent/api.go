@@ -145,7 +145,8 @@ func (a *Agent) Status() reporter.Status {
 		CgroupRoot: a.cfg.Cgroup.Root, CgroupVer: a.layout.Version.String(), CPUIdle: a.idle,
 		MetricsOK: a.advisor.Primed(), Lendable: a.lendableLocked(now),
 		Pools: []reporter.Pool{}, Workloads: []reporter.Workload{}, GPUs: gpus,
-		Actions: append([]reporter.Action{}, a.actions...),
+		Actions:    append([]reporter.Action{}, a.actions...),
+		SlowPasses: a.completedPasses.Load(),
 	}
 	if a.applyErr != nil {
 		s.CgroupError = a.applyErr.Error()

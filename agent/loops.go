@@ -105,6 +105,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 	if err := a.reconcile(); err != nil {
 		a.log.Error("cgroup settings failed", "err", err)
 	}
+	a.completedPasses.Add(1)
 }
 
 // sample reads node CPU and memory, and a share of the workloads' usage. fresh is false on

@@ -32,6 +32,9 @@ type Status struct {
 	GPUs        []GPU      `json:"gpus"`
 	Actions     []Action   `json:"actions"`
 	CgroupError string     `json:"cgroupError,omitempty"`
+	// SlowPasses counts the slow loop's completed passes since start: a test (or an
+	// operator) waits on it to know the agent has looked again.
+	SlowPasses uint64 `json:"slowPasses"`
 	// Lease is what the arbiter lets the node lend; absent without an arbiter.
 	Lease *Lease `json:"lease,omitempty"`
 }

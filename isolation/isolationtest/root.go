@@ -17,18 +17,35 @@ import (
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
 
-// Layout detects this machine's cgroup layout, skipping the test when it cannot manage cgroups
-// (not root, no cgroup file system).
+// Layout detects this machine's cgroup layout; a test that cannot manage cgroups (not root,
+// no cgroup file system) is skipped, or fails under CI (see Unavailable).
 func Layout(t testing.TB) *cgroupfs.Layout {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to manage cgroups")
-	}
+	RequireRoot(t, "to manage cgroups")
 	l, err := cgroupfs.Detect("/sys/fs/cgroup", "auto")
 	if err != nil {
-		t.Skipf("no usable cgroup hierarchy: %v", err)
+		Unavailable(t, "no usable cgroup hierarchy: %v", err)
 	}
 	return l
+}
+
+// RequireRoot stops a real-part test that is not run as root (see Unavailable).
+func RequireRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Unavailable(t, "needs root %s", why)
+	}
+}
+
+// Unavailable stops a test whose real parts this machine lacks: a skip on a developer's
+// machine, a failure where CI=true, since CI runs as root with every part installed and a
+// skipped real-part test there would hide a missing install step.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format+" (CI=true: real-part tests must run)", args...)
+	}
+	t.Skipf(format, args...)
 }
 
 // RootName returns a fresh cgroup root name ("tidal-test-<random>") and removes that tree from

@@ -257,8 +257,9 @@ eviction:
 	if fmt.Sprint(evicted) != "[p1 p3]" {
 		t.Fatalf("evicted %v, want [p1 p3] (guarded held by its PodDisruptionBudget, p5 last)", evicted)
 	}
-	// What is left (p5 and guarded) fits in what is lent: nothing more goes.
-	time.Sleep(3 * time.Second)
+	// What is left (p5 and guarded) fits in what is lent: nothing more goes, however many
+	// times the agent looks again.
+	n.waitPasses(3)
 	for _, name := range []string{"p5", "guarded"} {
 		if cur, err := c.admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err != nil || cur.DeletionTimestamp != nil {
 			t.Errorf("%s was evicted too (%v)", name, err)
@@ -306,7 +307,7 @@ func TestAPIServerGoesAwayAndComesBack(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(2 * time.Second)
+	n.waitPasses(2)
 	n.alive()
 	_ = online.Process.Kill()
 
@@ -371,7 +372,7 @@ func TestKubeletCPUManagerCoexistence(t *testing.T) {
 		return nil
 	})
 	// Still the kubelet's value after several passes.
-	time.Sleep(3 * time.Second)
+	n.waitPasses(3)
 	if got := cpusOf(t, n, pinned.container); !got.Equals(cpuset.New(pinnedCPU)) {
 		t.Fatalf("the pinned container's cpuset was rewritten: %s", got)
 	}

@@ -223,6 +223,19 @@ func (n *kubeNode) status() reporter.Status {
 	return s
 }
 
+// waitPasses waits until the agent has completed k more slow-loop passes: a definite event
+// to check that something did not happen, instead of a sleep.
+func (n *kubeNode) waitPasses(k uint64) {
+	n.t.Helper()
+	want := n.status().SlowPasses + k
+	eventually(n.t, 30*time.Second, fmt.Sprintf("%d more slow passes", k), func() error {
+		if got := n.status().SlowPasses; got < want {
+			return fmt.Errorf("%d passes, want %d", got, want)
+		}
+		return nil
+	})
+}
+
 func (n *kubeNode) workload(name string) (reporter.Workload, bool) {
 	for _, w := range n.status().Workloads {
 		if w.Name == name {

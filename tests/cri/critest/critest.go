@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/tests/testutil"
 )
 
@@ -192,9 +193,7 @@ func skipUnlessRoot(t testing.TB) {
 	if testing.Short() {
 		t.Skip("starts a real containerd")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run containers")
-	}
+	isolationtest.RequireRoot(t, "to run containers")
 }
 
 func needRunc(t testing.TB) {

@@ -1,0 +1,208 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+// fakeHost is a 4-CPU machine in folders: /sys topology, /proc (stat, meminfo) and a unified
+// cgroup hierarchy of plain files, so the agent's core runs without root. Cgroup files keep
+// what the agent writes; the test moves the counters the agent reads.
+type fakeHost struct {
+	t                     *testing.T
+	sys, proc, cgroupRoot string
+	busy                  [4]int // jiffies of each CPU, as /proc/stat reports them
+	idle                  [4]int
+}
+
+var fakeCgroupFiles = map[string]string{
+	"cgroup.controllers": "cpuset cpu memory", "cgroup.subtree_control": "", "cgroup.procs": "",
+	"cpuset.cpus": "", "cpuset.mems": "", "cpu.weight": "100", "cpu.idle": "0",
+	"cpu.max": "max 100000", "memory.max": "max",
+	"cpu.stat": "usage_usec 0\n", "memory.current": "0", "memory.stat": "inactive_file 0\n",
+}
+
+// cgroup makes a cgroup's files, as the kernel would on mkdir.
+func (h *fakeHost) cgroup(path string) {
+	h.t.Helper()
+	for name, v := range fakeCgroupFiles {
+		p := filepath.Join(h.cgroupRoot, path, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			h.t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func newFakeHost(t *testing.T) *fakeHost {
+	t.Helper()
+	dir := t.TempDir()
+	h := &fakeHost{t: t, sys: filepath.Join(dir, "sys"), proc: filepath.Join(dir, "proc"), cgroupRoot: filepath.Join(dir, "cgroup")}
+	files := map[string]string{
+		"sys/devices/system/cpu/online": "0-3\n",
+		"proc/meminfo":                  "MemTotal:       16777216 kB\nMemFree:        12582912 kB\nMemAvailable:   12582912 kB\n",
+	}
+	for cpu := range 4 {
+		d := fmt.Sprintf("sys/devices/system/cpu/cpu%d/topology/", cpu)
+		files[d+"physical_package_id"], files[d+"core_id"] = "0\n", fmt.Sprintf("%d\n", cpu)
+	}
+	for rel, content := range files {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.writeStat()
+	h.cgroup("")
+	h.cgroup("tidal")
+	for _, tier := range qos.AllTiers() {
+		h.cgroup(filepath.Join("tidal", string(tier)))
+	}
+	return h
+}
+
+// tick advances the CPU counters by one second of each CPU's busy share (0..100).
+func (h *fakeHost) tick(busyPercent [4]int) {
+	for i, b := range busyPercent {
+		h.busy[i] += b
+		h.idle[i] += 100 - b
+	}
+	h.writeStat()
+}
+
+func (h *fakeHost) writeStat() {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "cpu  0 0 0 0 0 0 0 0 0 0\n")
+	for i := range 4 {
+		fmt.Fprintf(&sb, "cpu%d %d 0 0 %d 0 0 0 0 0 0\n", i, h.busy[i], h.idle[i])
+	}
+	if err := os.WriteFile(filepath.Join(h.proc, "stat"), []byte(sb.String()), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *fakeHost) read(cgroup, file string) string {
+	h.t.Helper()
+	data, err := os.ReadFile(filepath.Join(h.cgroupRoot, cgroup, file))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func (h *fakeHost) agent(stateDir string) *Agent {
+	h.t.Helper()
+	cfg := config.Default()
+	cfg.Cgroup.Root = "tidal"
+	cfg.StateDir, cfg.SocketPath = stateDir, filepath.Join(stateDir, "sock")
+	a, err := newAgentOn(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), host{sys: h.sys, proc: h.proc, cgroups: cgroupfs.NewV2(h.cgroupRoot)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return a
+}
+
+// A child process of the test: its PID is real, so the OOM score write lands.
+func sleeper(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+// The core end to end on a fake host, no root: admit through the standalone source, the
+// settings in the cgroup files, lending grown by the slow loop from the CPU counters and cut
+// by the fast path's narrow write, and a restart that adopts the workloads from the
+// checkpoint without moving the dedicated one's cores.
+func TestCoreOnAFakeHost(t *testing.T) {
+	h := newFakeHost(t)
+	state := t.TempDir()
+	a := h.agent(state)
+	h.cgroup("tidal/reclaimed/batch")
+	h.cgroup("tidal/dedicated/db")
+
+	batch := sleeper(t)
+	if _, err := a.Admit(AdmitRequest{Name: "batch", Tier: "reclaimed", PID: batch}, 0); err != nil {
+		t.Fatal(err)
+	}
+	db := sleeper(t)
+	w, err := a.Admit(AdmitRequest{Name: "db", Tier: "dedicated", CPUs: 1, PID: db}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.CPUs != "3" {
+		t.Errorf("dedicated cores %q, want 3 (the highest, farthest from system work)", w.CPUs)
+	}
+	if got := h.read("tidal/reclaimed/batch", "cgroup.procs"); got != fmt.Sprint(batch) {
+		t.Errorf("batch's cgroup.procs = %q, want its pid", got)
+	}
+	if got := h.read("tidal/reclaimed", "cpu.idle"); got != "1" {
+		t.Errorf("reclaimed tier cpu.idle = %q, want 1", got)
+	}
+	if got := h.read("tidal/shared", "cpuset.cpus"); got != "0-2" {
+		t.Errorf("shared pool %q, want 0-2 (3 is dedicated)", got)
+	}
+	if _, err := a.Admit(AdmitRequest{Name: "batch", Tier: "reclaimed", PID: batch}, 0); err == nil || !strings.Contains(err.Error(), "already runs") {
+		t.Errorf("a second workload of the same name: %v", err)
+	}
+
+	// Online work idle: the slow loop grows lending step by step.
+	ctx := context.Background()
+	a.slowPass(ctx) // first reading: no rate yet
+	for range 4 {
+		h.tick([4]int{10, 10, 10, 0})
+		a.sampler.at = a.sampler.at.Add(-time.Second) // the tick's second, without sleeping it
+		a.slowPass(ctx)
+	}
+	grown := h.read("tidal/reclaimed", "cpu.max")
+	if grown == "100000 100000" || grown == "10000 100000" {
+		t.Fatalf("reclaimed quota %q: lending did not grow", grown)
+	}
+
+	// An online spike: the fast path's narrow write cuts the quota, and writes nothing else.
+	writes := a.writer.Stats().Writes
+	a.spike(time.Now(), 2900)
+	if got := h.read("tidal/reclaimed", "cpu.max"); got == grown {
+		t.Errorf("reclaimed quota still %q after the spike", got)
+	}
+	for knob, n := range a.writer.Stats().Writes {
+		if d := n - writes[knob]; d != 0 && knob != "cpu.quota" || knob == "cpu.quota" && d != 1 {
+			t.Errorf("the fast path wrote %s %d times, want only the reclaimed quota once", knob, d)
+		}
+	}
+
+	// A restart: the checkpoint brings both back, the dedicated one on the same core.
+	if err := a.store.Save(); err != nil {
+		t.Fatal(err)
+	}
+	b := h.agent(state)
+	snap := b.store.Snapshot()
+	if len(snap.Workloads) != 2 {
+		t.Fatalf("restored %d workloads, want 2", len(snap.Workloads))
+	}
+	if r, _ := snap.Get("db"); r.DedicatedCPUs.String() != "3" || r.Owner != plugins.OwnerTidal {
+		t.Errorf("restored db: cores %s, owner %s", r.DedicatedCPUs, r.Owner)
+	}
+}
+
