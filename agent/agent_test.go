@@ -205,4 +205,3 @@ func TestCoreOnAFakeHost(t *testing.T) {
 		t.Errorf("restored db: cores %s, owner %s", r.DedicatedCPUs, r.Owner)
 	}
 }
-
