@@ -119,6 +119,19 @@ func (n *node) eventually(timeout time.Duration, what string, f func() error) {
 	testutil.Eventually(n.t, timeout, what, f)
 }
 
+// waitPasses waits until the agent has completed k more slow-loop passes: a definite event
+// to check that something did not happen, instead of a sleep.
+func (n *node) waitPasses(k uint64) {
+	n.t.Helper()
+	want := n.status().SlowPasses + k
+	n.eventually(60*time.Second, fmt.Sprintf("%d more slow passes", k), func() error {
+		if got := n.status().SlowPasses; got < want {
+			return fmt.Errorf("%d passes, want %d", got, want)
+		}
+		return nil
+	})
+}
+
 func (n *node) actions(kind, reason string) []string {
 	var out []string
 	for _, a := range n.status().Actions {
@@ -249,7 +262,8 @@ func TestV2FastPathPSI(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(3 * time.Second)
+	// A slow pass (4s) covers several PSI windows (1s) of reclaimed work alone.
+	n.waitPasses(1)
 	if a := n.actions("throttle", "PSI"); len(a) != 0 {
 		t.Fatalf("the shared tier's PSI trigger fired with only reclaimed work running: %v", a)
 	}
