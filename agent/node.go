@@ -22,6 +22,7 @@ import (
 	"github.com/tidalqos/tidal/isolation/nri"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
+	pgpu "github.com/tidalqos/tidal/plugins/gpu"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -280,12 +281,8 @@ func (a *Agent) decideOn(w plugins.Workload, node plugins.Node) plugins.Decision
 	return a.policy.Decide(w, node)
 }
 
-func (a *Agent) gpus() interface {
-	Visibility(string) (map[string]string, []int)
-	Minors() []int
-} {
-	return a.store.Allocator().GPUs()
-}
+// gpus is the GPU tracker the allocator lends from.
+func (a *Agent) gpus() *pgpu.Tracker { return a.store.Allocator().GPUs() }
 
 // nodeLocked is what the decision function needs to know of the node under plan.
 func (a *Agent) nodeLocked(plan advisor.Plan) plugins.Node {
@@ -366,7 +363,9 @@ func (a *Agent) restore() error {
 			keep = append(keep, state.Record{Workload: w, Source: standalone.Name, PIDs: pids})
 		}
 	}
-	a.store.Adopt(keep)
+	for _, err := range a.store.Adopt(keep) {
+		a.log.Warn("cannot restore lent GPUs", "err", err)
+	}
 	if len(keep) > 0 {
 		a.log.Info("restored workloads", "count", len(keep))
 	}

@@ -215,10 +215,12 @@ func (s *Store) allocateLocked(r *Record, spec Spec, old *Record) error {
 }
 
 // Adopt registers workloads found at start (checkpoint, cgroups on disk) as they are, with
-// no allocation: their cores are theirs already.
-func (s *Store) Adopt(rs []Record) {
+// no allocation: their cores are theirs already. It returns the lent GPUs it could not give
+// back to their workloads (GPUs not seen yet, or held by another).
+func (s *Store) Adopt(rs []Record) []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var errs []error
 	for _, r := range rs {
 		r := r.copy()
 		if r.DedicatedCPUs.IsEmpty() {
@@ -226,10 +228,13 @@ func (s *Store) Adopt(rs []Record) {
 		}
 		s.workloads[r.Name] = &r
 		if r.Tier == qos.Reclaimed && len(r.GPUs) > 0 {
-			_ = s.alloc.gpus.Adopt(r.Name, r.ReclaimPriority, r.GPUs)
+			if err := s.alloc.gpus.Adopt(r.Name, r.ReclaimPriority, r.GPUs); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	s.changedLocked()
+	return errs
 }
 
 // Remove forgets a workload and gives back what it held. It reports whether it was there.
