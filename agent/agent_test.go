@@ -99,6 +99,15 @@ func (h *fakeHost) writeStat() {
 	}
 }
 
+// setCPU sets a cgroup's CPU time counter.
+func (h *fakeHost) setCPU(cgroup string, used time.Duration) {
+	h.t.Helper()
+	stat := fmt.Sprintf("usage_usec %d\n", used.Microseconds())
+	if err := os.WriteFile(filepath.Join(h.cgroupRoot, cgroup, "cpu.stat"), []byte(stat), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 func (h *fakeHost) read(cgroup, file string) string {
 	h.t.Helper()
 	data, err := os.ReadFile(filepath.Join(h.cgroupRoot, cgroup, file))
@@ -176,6 +185,20 @@ func TestCoreOnAFakeHost(t *testing.T) {
 		a.slowPass(ctx)
 	}
 	grown := h.read("tidal/reclaimed", "cpu.max")
+
+	// Per-workload CPU is the cgroup's own counter over time: batch used 2 s of CPU; the
+	// figure is its rate between two samples (round robin: at most workloadSampleEvery
+	// passes apart).
+	before, _ := a.store.Snapshot().Get("batch")
+	h.setCPU("tidal/reclaimed/batch", 2*time.Second)
+	for range workloadSampleEvery {
+		a.sampler.at = a.sampler.at.Add(-time.Second)
+		a.slowPass(ctx)
+	}
+	after, _ := a.store.Snapshot().Get("batch")
+	if !before.Sampled() || after.MilliCPU <= 0 {
+		t.Errorf("batch's CPU: sampled %v, %dm after 2s of CPU; want a rate above 0", before.Sampled(), after.MilliCPU)
+	}
 	if grown == "100000 100000" || grown == "10000 100000" {
 		t.Fatalf("reclaimed quota %q: lending did not grow", grown)
 	}

@@ -202,8 +202,9 @@ func (a *Agent) reclaimedUsage(snap state.Snapshot) (time.Duration, int64, error
 // sampleWorkloads refreshes a share of the workloads' processes, CPU rate and memory.
 func (a *Agent) sampleWorkloads(now time.Time, snap state.Snapshot) {
 	for _, r := range snap.Workloads {
-		// Round robin by name, so the cost is spread evenly over the passes.
-		if int(fnv32(r.Name)%workloadSampleEvery) != a.passes%workloadSampleEvery {
+		// Round robin by name, so the cost is spread evenly over the passes; a workload not
+		// read yet is read at once, so status never shows a new one at 0m for long.
+		if r.Sampled() && int(fnv32(r.Name)%workloadSampleEvery) != a.passes%workloadSampleEvery {
 			continue
 		}
 		var u state.Usage

@@ -41,6 +41,9 @@ type Record struct {
 	RefusedUntil time.Time
 }
 
+// Sampled says whether the loops have read the workload's usage yet.
+func (r Record) Sampled() bool { return !r.cpuAt.IsZero() }
+
 // Snapshot is the registry at one moment. Nothing in it changes afterwards: the slices are
 // copies, so readers need no lock.
 type Snapshot struct {
@@ -284,8 +287,12 @@ func (s *Store) Observe(name string, now time.Time, u Usage) {
 		r.PIDs = u.PIDs
 	}
 	if u.HaveCPU {
-		if !r.cpuAt.IsZero() {
+		switch {
+		case !r.cpuAt.IsZero():
 			r.MilliCPU = Milli(u.CPU-r.cpuPrev, now.Sub(r.cpuAt))
+		case !r.Started.IsZero() && now.After(r.Started):
+			// The first sample: the average since it started, rather than nothing.
+			r.MilliCPU = Milli(u.CPU, now.Sub(r.Started))
 		}
 		r.cpuPrev, r.cpuAt = u.CPU, now
 	}

@@ -348,3 +348,26 @@ func TestReclaimedWorkCannotOpenUnlentGPUs(t *testing.T) {
 		t.Errorf("online work was denied the device: %q", out)
 	}
 }
+
+// Every per-workload figure in status is the cgroup's own: a busy loop's CPU rate in status
+// matches what its cgroup's counter grows by, and a sleeping process shows next to none.
+func TestStatusCPUMatchesTheCgroupCounters(t *testing.T) {
+	n := newNode(t, "loops:\n  slowInterval: 200ms\n")
+	n.start()
+	n.run("--tier", "shared", "--name", "busy", "--", tidalBin, "workload", "burner", "--threads", "1")
+	n.run("--tier", "shared", "--name", "idle", "--", "sleep", "60")
+	busy := n.waitWorkload("busy")
+	n.waitWorkload("idle")
+	measured := n.cpuUsage(busy.Cgroup, 2*time.Second)
+	rate := measured.Milliseconds() * 1000 / 2000 // millicores over the 2 s
+	n.eventually(10*time.Second, "status CPU near the cgroup's counter", func() error {
+		w, _ := n.workload("busy")
+		if lo, hi := rate*6/10, rate*14/10+50; w.MilliCPU < lo || w.MilliCPU > hi {
+			return fmt.Errorf("status says %dm, the cgroup's counter %dm", w.MilliCPU, rate)
+		}
+		return nil
+	})
+	if w, _ := n.workload("idle"); w.MilliCPU > 50 {
+		t.Errorf("a sleeping process shows %dm", w.MilliCPU)
+	}
+}
