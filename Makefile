@@ -31,7 +31,7 @@ lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) vet ./...
 
-# The colocation benchmark on this host, as root (about 25 minutes): six scenarios interleaved
+# The colocation benchmark on this host, as root (about 30 minutes): seven scenarios interleaved
 # over three rounds, then the agent's overhead with 200 workloads. Writes results.md,
 # results.json and a plot per scenario into bench-results/ (docs/benchmark.md).
 bench:

@@ -1,16 +1,17 @@
 // Command colocation is tidal's colocation benchmark. On this machine, as root, it runs an
 // online HTTP service and offline work (a CPU burner and a cache antagonist) side by side under
-// six scenarios, each driven through the same compressed tidal day of load:
+// seven scenarios, each driven through the same compressed tidal day of load:
 //
 //	online-alone    the online service alone: the latency baseline
 //	offline-alone   the offline work alone: the throughput baseline
 //	naive           both, offline in plain cgroups with default shares (no isolation)
 //	besteffort      offline under a parent with cpu.shares 2 (what kubelet does for BestEffort)
+//	idle            offline under a parent with cpu.idle 1 (the kernel's idle class), no agent
 //	static          offline pinned with cpuset to a fixed half of the CPUs
 //	tidal           the tidal agent with its defaults: online in the shared tier, offline in
 //	                the reclaimed tier, both started with `tidal run`
 //
-// The scenarios run interleaved (A B C D E F, A B C D E F, ...) for -rounds rounds, so that
+// The scenarios run interleaved (A B C D E F G, A B C D E F G, ...) for -rounds rounds, so that
 // whatever else the machine does affects them alike, and every figure is the median over the
 // rounds with its min and max. It writes results.md, results.json and one PNG time-series
 // plot per scenario into -out. With -overhead it measures only the agent's own CPU and memory

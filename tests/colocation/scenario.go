@@ -37,12 +37,19 @@ var scenarios = []scenario{
 		offline: func(all cpuset.CPUSet) plugins.Settings {
 			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
 		}},
+	{Name: "idle", Online: true, Offline: true, About: "offline under a parent with cpu.idle 1 (the kernel's idle class), no agent",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: all, CPUIdle: plugins.On}
+		}},
 	{Name: "static", Online: true, Offline: true, About: "offline pinned to a fixed half of the CPUs (online unpinned)",
 		offline: func(all cpuset.CPUSet) plugins.Settings {
 			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
 		}},
 	{Name: "tidal", Online: true, Offline: true, Tidal: true, About: "tidal agent with its defaults: online shared tier, offline reclaimed tier"},
 }
+
+// noAgentBaselines are the no-agent ways to colocate that tidal must beat.
+var noAgentBaselines = []string{"besteffort", "idle", "static"}
 
 func plain(all cpuset.CPUSet) plugins.Settings {
 	return plugins.Settings{CPUs: all, CPUShares: defaultShares}
