@@ -54,8 +54,9 @@ func (a *Agent) hookWorkloadLocked(pod isolation.Pod) *workload {
 		a.syncPodLocked(p)
 		return a.workloads[name]
 	}
-	if pod.CgroupParent == "" {
-		return nil
+	cgroup := cgroupOfParent(pod.CgroupParent)
+	if cgroup == "" {
+		return nil // no parent, or one naming a hierarchy's root: nothing of the pod's to write
 	}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: types.UID(pod.UID),
 		Annotations: pod.Annotations, Labels: pod.Labels, CreationTimestamp: metav1.Now()}}
@@ -66,16 +67,18 @@ func (a *Agent) hookWorkloadLocked(pod isolation.Pod) *workload {
 			Requests: corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(pod.MilliCPU, resource.DecimalSI)}}}}
 	}
 	a.kube.pods[p.UID] = p
-	a.putPodLocked(p, cgroupOfParent(pod.CgroupParent))
+	a.putPodLocked(p, cgroup)
 	return a.workloads[name]
 }
 
 // cgroupOfParent turns the cgroup parent a runtime is given into a path relative to each
 // hierarchy: a cgroupfs path as is, a systemd slice name expanded into its parent slices
 // ("kubepods-besteffort-pod1.slice" is kubepods.slice/kubepods-besteffort.slice/...).
+// The path is cleaned as if rooted, so ".." never climbs out of a hierarchy; a parent naming
+// the root itself is "" (FuzzCgroupOfParent).
 func cgroupOfParent(parent string) string {
 	if !strings.HasSuffix(parent, ".slice") || strings.Contains(parent, "/") {
-		return strings.Trim(parent, "/")
+		return strings.TrimPrefix(path.Clean("/"+parent), "/")
 	}
 	parts := strings.Split(strings.TrimSuffix(parent, ".slice"), "-")
 	var out []string
