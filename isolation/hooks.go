@@ -3,6 +3,8 @@ package isolation
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/bits"
 	"time"
 )
 
@@ -20,14 +22,29 @@ type Pod struct {
 }
 
 // MilliCPUOf turns CFS quota and period, or else CPU shares, into millicores.
+// The values come from the caller's request: huge ones saturate rather than wrap around
+// (FuzzMilliCPUOf).
 func MilliCPUOf(quota, period, shares int64) int64 {
 	if quota > 0 && period > 0 {
-		return quota * 1000 / period
+		return mulDiv(quota, 1000, period)
 	}
 	if shares > 2 {
-		return shares * 1000 / 1024
+		return mulDiv(shares, 1000, 1024)
 	}
 	return 0
+}
+
+// mulDiv is a*b/c for positive a, b, c without overflow, saturating at math.MaxInt64.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
 }
 
 // Decider answers the runtime hooks: the agent, whose answers come from Decide.
