@@ -39,10 +39,11 @@ soak:
 	TIDAL_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -run TestSoak -timeout 0 ./tests/faults
 
 # docs/reliability.md, regenerated: fault suite, a soak of RELIABILITY_SOAK (default 5m) and
-# FUZZTIME per fuzz target, measured on this machine.
+# RELIABILITY_FUZZTIME per fuzz target (default 30s), measured on this machine, as root.
 RELIABILITY_SOAK ?= 5m
+RELIABILITY_FUZZTIME ?= 30s
 reliability:
-	./scripts/reliability.sh $(RELIABILITY_SOAK) $(FUZZTIME)
+	./scripts/reliability.sh $(RELIABILITY_SOAK) $(RELIABILITY_FUZZTIME)
 
 # Only pure-logic tests (no root needed).
 test-short:
