@@ -59,7 +59,7 @@ for t in "${targets[@]}"; do
 	start=$SECONDS
 	# Run where go test would (the package's folder): a failing input lands in its testdata/fuzz.
 	(cd "$pkg" && "$bin" -test.run='^$' -test.fuzz="^${name}\$" -test.fuzztime="$fuzztime" -test.parallel="$parallel" \
-		-test.fuzzcachedir="$cache/$module/${pkg#./}/" -test.v=test2json >"$log" 2>&1)
+		-test.fuzzcachedir="$cache/$module/${pkg#./}/" -test.v >"$log" 2>&1)
 	rc=$?
 	result=ok
 	if grep -q -- '--- SKIP' "$log"; then result=skipped; fi
