@@ -371,3 +371,90 @@ func TestArbiterKilledAndRestarted(t *testing.T) {
 	o.add(t, "lease inactive %s after the kill (TTL 3s); active again %s after the restart; agent alive throughout",
 		expiredAfter.Round(100*time.Millisecond), time.Since(back).Round(100*time.Millisecond))
 }
+
+// A cgroup file that refuses writes: the reclaimed tier's cpu.cfs_quota_us is covered by a
+// read-only bind mount of a file holding "-1" (no cap), so every write of it fails (EROFS) while
+// reads see a value the agent did not write. The documented safe state: the agent does not
+// crash, reports the failing writes (status, tidal_cgroup_write_errors_total), lends nothing
+// (published lendable 0, lending at its minimum) for as long as writes fail, and recovers by
+// itself once the file takes writes again.
+func TestCgroupFileRefusesWrites(t *testing.T) {
+	o := record(t, "a cgroup file refusing writes (read-only bind mount over cpu.cfs_quota_us)")
+	a := testutil.NewAgent(t, tidalBin, "loops:\n  slowInterval: 300ms\n", "", true)
+	a.Start()
+	a.Run("--tier", "reclaimed", "--name", "batch", "--", "sleep", "600")
+	a.WaitWorkload("batch")
+	testutil.Eventually(t, 20*time.Second, "lending grows", func() error {
+		if s := a.Status(); s.Lendable.MilliCPU <= 100 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	target := filepath.Join(a.Layout.Dir("cpu", a.Root+"/reclaimed"), "cpu.cfs_quota_us")
+	fake := filepath.Join(t.TempDir(), "quota")
+	if err := os.WriteFile(fake, []byte("-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(fake, target, "", syscall.MS_BIND, ""); err != nil {
+		t.Skipf("cannot bind-mount over a cgroup file: %v", err)
+	}
+	mounted := true
+	unmount := func() {
+		if mounted {
+			if err := syscall.Unmount(target, 0); err != nil {
+				t.Errorf("unmount %s: %v", target, err)
+			}
+			mounted = false
+		}
+	}
+	t.Cleanup(unmount) // before the cgroup root is removed (cleanups run last-in first-out)
+	if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount read-only: %v", err)
+	}
+	broke := time.Now()
+	var cgErr string
+	testutil.Eventually(t, 20*time.Second, "failing writes reported and lending at its minimum", func() error {
+		s := a.Status()
+		if s.CgroupError == "" || s.Lendable.MilliCPU != 0 {
+			return fmt.Errorf("cgroup error %q, lendable %dm", s.CgroupError, s.Lendable.MilliCPU)
+		}
+		cgErr = s.CgroupError
+		return nil
+	})
+	safeAfter := time.Since(broke)
+	// It stays safe while writes keep failing.
+	for i := 0; i < 5; i++ {
+		time.Sleep(300 * time.Millisecond)
+		if s := a.Status(); s.Lendable.MilliCPU != 0 || s.CgroupError == "" {
+			t.Errorf("while writes fail: lendable %dm, cgroup error %q", s.Lendable.MilliCPU, s.CgroupError)
+		}
+	}
+	m, _ := a.Scrape()
+	counted := strings.Contains(m, `tidal_cgroup_write_errors_total{knob="cpu.quota"}`) && !strings.Contains(m, `tidal_cgroup_write_errors_total{knob="cpu.quota"} 0`+"\n")
+	if !counted {
+		t.Error("the failing cpu.quota writes are not counted in tidal_cgroup_write_errors_total")
+	}
+	if !a.Alive() {
+		t.Fatal("agent died")
+	}
+	unmount()
+	fixed := time.Now()
+	testutil.Eventually(t, 30*time.Second, "recovered: no error, lending again", func() error {
+		s := a.Status()
+		if s.CgroupError != "" || s.Lendable.MilliCPU <= 100 {
+			return fmt.Errorf("cgroup error %q, lendable %dm", s.CgroupError, s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	q, _ := a.File("cpu", a.Root+"/reclaimed", "cpu.cfs_quota_us")
+	o.add(t, "safe state (error reported, lendable 0) %s after the file refused writes; held while it refused; write errors counted: %v", safeAfter.Round(100*time.Millisecond), counted)
+	o.add(t, "status said %q", firstN(cgErr, 140))
+	o.add(t, "recovered by itself %s after the file took writes again (quota %s)", time.Since(fixed).Round(100*time.Millisecond), q)
+}
+
+func firstN(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
