@@ -5,6 +5,11 @@
 #   FUZZ_SUMMARY  if set, a TSV file to write: package, target, seconds, executions,
 #                 new interesting inputs, result (docs/reliability.md is made from it)
 #   FUZZ_ONLY     if set, a regular expression: only targets whose name matches
+#   FUZZ_MINIMIZE time to minimize each new input (default 2s; go's own default, 60s, spends
+#                 a short run minimizing: a target whose every input writes and fsyncs files
+#                 made no other progress for 30 s)
+#   FUZZ_TMPDIR   where targets make their files (default /dev/shm when writable: fsync is
+#                 free there, so file-parsing targets run at parser speed)
 # Every target runs even when one fails; the script fails if any did. A failing input is
 # kept by `go test` in the package's testdata/fuzz/<target>/: commit it with the fix, so it
 # stays a regression test (every plain `go test` replays testdata/fuzz).
@@ -13,6 +18,9 @@ cd "$(dirname "$0")/.."
 GO="${GO:-go}"
 fuzztime="${FUZZTIME:-3s}"
 parallel="${FUZZ_PARALLEL:-1}"
+minimize="${FUZZ_MINIMIZE:-2s}"
+tmp="${FUZZ_TMPDIR:-/dev/shm}"
+if [[ -d $tmp && -w $tmp ]]; then export TMPDIR="$tmp"; fi
 
 targets=(
 	./agent:FuzzCheckpoint
@@ -58,7 +66,7 @@ for t in "${targets[@]}"; do
 	fi
 	start=$SECONDS
 	# Run where go test would (the package's folder): a failing input lands in its testdata/fuzz.
-	(cd "$pkg" && "$bin" -test.run='^$' -test.fuzz="^${name}\$" -test.fuzztime="$fuzztime" -test.parallel="$parallel" \
+	(cd "$pkg" && "$bin" -test.run='^$' -test.fuzz="^${name}\$" -test.fuzztime="$fuzztime" -test.fuzzminimizetime="$minimize" -test.parallel="$parallel" \
 		-test.fuzzcachedir="$cache/$module/${pkg#./}/" -test.v >"$log" 2>&1)
 	rc=$?
 	result=ok
