@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/tidal
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build demo test test-short lint bench clean
+.PHONY: build demo test test-short lint bench fuzz faults soak reliability clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/tidal
@@ -20,8 +20,32 @@ test:
 	./scripts/kube-tools.sh
 	./scripts/cri-tools.sh
 	./scripts/vm-tools.sh
+	./scripts/prom-tools.sh
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 1 -timeout 30m ./...
+	FUZZTIME=3s ./scripts/fuzz.sh
+
+# Every fuzz target for longer (FUZZTIME each, default 2m: about 35 minutes). A failing input
+# lands in the package's testdata/fuzz/: commit it with the fix (docs/reliability.md).
+FUZZTIME ?= 2m
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+# The fault-injection suite alone (real agent, arbiter, cgroups and processes; as root).
+faults:
+	$(GO) test -race -count=1 -v -timeout 20m ./tests/faults
+
+# The soak: 200 workloads churned for SOAK_DURATION (default 30m), sampled; as root.
+SOAK_DURATION ?= 30m
+soak:
+	TIDAL_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -run TestSoak -timeout 0 ./tests/faults
+
+# docs/reliability.md, regenerated: fault suite, a soak of RELIABILITY_SOAK (default 5m) and
+# RELIABILITY_FUZZTIME per fuzz target (default 30s), measured on this machine, as root.
+RELIABILITY_SOAK ?= 5m
+RELIABILITY_FUZZTIME ?= 30s
+reliability:
+	./scripts/reliability.sh $(RELIABILITY_SOAK) $(RELIABILITY_FUZZTIME)
 
 # Only pure-logic tests (no root needed).
 test-short:

@@ -77,6 +77,11 @@ func (a *Agent) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "admit request body: "+err.Error())
 		return
 	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		// One request, one object: what follows it would be silently dropped (FuzzAdmitRequest).
+		writeError(w, http.StatusBadRequest, "admit request body: unexpected data after the request: want one JSON object")
+		return
+	}
 	cred, _ := r.Context().Value(peerKey{}).(*unix.Ucred)
 	peer := 0
 	if cred != nil {

@@ -5,6 +5,9 @@
 package translate
 
 import (
+	"math"
+	"math/bits"
+
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -82,14 +85,29 @@ func Weight(shares uint64) uint64 {
 
 // MilliCPU turns CFS quota and period, or else CPU shares (1024 a CPU, as the kubelet
 // gives them), into millicores; 0 when neither says anything.
+// The values come from the caller's request: huge ones saturate rather than wrap around
+// (FuzzMilliCPU).
 func MilliCPU(quota, period, shares int64) int64 {
 	if quota > 0 && period > 0 {
-		return quota * 1000 / period
+		return mulDiv(quota, 1000, period)
 	}
 	if shares > MinShares {
-		return shares * 1000 / 1024
+		return mulDiv(shares, 1000, 1024)
 	}
 	return 0
+}
+
+// mulDiv is a*b/c for positive a, b, c without overflow, saturating at math.MaxInt64.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
 }
 
 // Container is a container's resources as a runtime hook passes them: CRI and NRI carry the

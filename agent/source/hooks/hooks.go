@@ -174,12 +174,13 @@ func (s *Source) workload(pod isolation.Pod) (r state.Record, known, ok bool) {
 	if r, ok := s.opts.Node.Snapshot().Get(name); ok && (r.UID == "" || r.UID == pod.UID) {
 		return r, true, true
 	}
-	if pod.CgroupParent == "" {
-		return state.Record{}, false, false
+	cgroup := CgroupOfParent(pod.CgroupParent)
+	if cgroup == "" {
+		return state.Record{}, false, false // no parent, or one naming a hierarchy's root: nothing of the pod's to write
 	}
 	info := kube.PodInfo{
 		Meta: qos.Metadata{Name: name, Namespace: pod.Namespace, Annotations: pod.Annotations, Labels: pod.Labels},
-		UID:  pod.UID, Created: time.Now(), Cgroup: CgroupOfParent(pod.CgroupParent),
+		UID:  pod.UID, Created: time.Now(), Cgroup: cgroup,
 		// What the runtime was told of the pod's CPU stands in for its request (a dedicated
 		// pod's whole cores).
 		MilliCPU: pod.MilliCPU,
@@ -201,9 +202,11 @@ func (s *Source) workload(pod isolation.Pod) (r state.Record, known, ok bool) {
 // CgroupOfParent turns the cgroup parent a runtime is given into a path relative to each
 // hierarchy: a cgroupfs path as is, a systemd slice name expanded into its parent slices
 // ("kubepods-besteffort-pod1.slice" is kubepods.slice/kubepods-besteffort.slice/...).
+// The path is cleaned as if rooted, so ".." never climbs out of a hierarchy; a parent naming
+// the root itself is "" (FuzzCgroupOfParent).
 func CgroupOfParent(parent string) string {
 	if !strings.HasSuffix(parent, ".slice") || strings.Contains(parent, "/") {
-		return strings.Trim(parent, "/")
+		return strings.TrimPrefix(path.Clean("/"+parent), "/")
 	}
 	parts := strings.Split(strings.TrimSuffix(parent, ".slice"), "-")
 	var out []string
