@@ -14,11 +14,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/cpuset"
 
@@ -332,3 +335,52 @@ func TestNRIPluginAdjustsAndSynchronizes(t *testing.T) {
 var eventually = testutil.Eventually
 
 type syncBuffer = testutil.SyncBuffer
+
+// The runtime peer hangs mid-call (containerd stopped with SIGSTOP) and comes back, and the
+// kubelet side goes away mid-call: the proxy never holds a call past its caller's deadline,
+// never crashes, the agent keeps answering, and the proxy serves again once the runtime does.
+func TestCRIProxyPeerHangsAndDisconnects(t *testing.T) {
+	_, root := critest.CgroupRoot(t)
+	rt := critest.StartContainerd16(t)
+	proxySock := filepath.Join(t.TempDir(), "cri.sock")
+	client := startAgent(t, root, fmt.Sprintf("hooks:\n  criProxy: true\n  criSocket: %s\n  runtimeSocket: %s\n", proxySock, rt.Socket()))
+	rs := dialCRI(t, proxySock)
+	version := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := rs.Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	}
+	eventually(t, 10*time.Second, "the proxy serves", func() error { return version(2 * time.Second) })
+
+	if err := rt.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Signal(syscall.SIGCONT) })
+	start := time.Now()
+	err := version(time.Second)
+	if code := status.Code(err); code != codes.DeadlineExceeded {
+		t.Errorf("a call to a hung runtime: %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("a call to a hung runtime took %v, past its caller's 1s deadline", took)
+	}
+	// The kubelet side disconnects mid-call.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	_, err = rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: critest.PodConfig("gone", "default", "7e11aa00-00ff", "", nil)})
+	if code := status.Code(err); code != codes.Canceled {
+		t.Errorf("a call whose caller went away: %v, want Canceled", err)
+	}
+	if _, err := client.Status(); err != nil {
+		t.Fatalf("the agent stopped answering while the runtime hung: %v", err)
+	}
+
+	if err := rt.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the proxy serves again", func() error { return version(2 * time.Second) })
+	if _, err := client.Status(); err != nil {
+		t.Fatalf("agent after the runtime came back: %v", err)
+	}
+}

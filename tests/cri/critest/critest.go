@@ -79,6 +79,10 @@ type Runtime struct {
 	conn *grpc.ClientConn
 }
 
+// Signal sends the containerd daemon a signal: fault injection (SIGSTOP makes it hang
+// mid-call, SIGCONT lets it go on).
+func (r *Runtime) Signal(sig syscall.Signal) error { return r.cmd.Process.Signal(sig) }
+
 // Socket is the unix socket containerd serves gRPC (CRI and its own API) on.
 func (r *Runtime) Socket() string { return r.socket }
 
