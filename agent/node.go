@@ -120,8 +120,9 @@ type nodeState struct{ a *Agent }
 
 var _ source.Node = nodeState{}
 
-func (n nodeState) Snapshot() state.Snapshot { return n.a.store.Snapshot() }
-func (n nodeState) Save() error              { return n.a.store.Save() }
+func (n nodeState) Snapshot() state.Snapshot             { return n.a.store.Snapshot() }
+func (n nodeState) Get(name string) (state.Record, bool) { return n.a.store.Get(name) }
+func (n nodeState) Save() error                          { return n.a.store.Save() }
 
 // Add registers a workload and writes its cgroup with its settings before returning, so its
 // first process joins a confined cgroup; when that write fails, nothing is kept.
@@ -147,7 +148,7 @@ func (n nodeState) Add(spec state.Spec) (state.Record, error) {
 // cgroup may not exist yet).
 func (n nodeState) Put(spec state.Spec) (state.Record, error) {
 	a := n.a
-	old, had := a.store.Snapshot().Get(spec.Name)
+	old, had := a.store.Get(spec.Name)
 	if spec.Owner.Foreign() && spec.Children == nil && !had {
 		// A new pod: its containers get the pod's cpuset from the first write on. Later the
 		// slow loop lists them, after its sources refreshed what decides them.

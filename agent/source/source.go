@@ -46,7 +46,8 @@ type Node interface {
 	Put(spec state.Spec) (state.Record, error)
 	// Remove forgets a workload (its cgroup goes if tidal made it).
 	Remove(name, why string)
-	// Snapshot is the registry now.
+	// Get is one workload now; Snapshot the whole registry.
+	Get(name string) (state.Record, bool)
 	Snapshot() state.Snapshot
 	// Save makes the state durable now (the checkpoint), for a change the caller must not
 	// acknowledge before a restart would find it.

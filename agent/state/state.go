@@ -325,6 +325,17 @@ func (s *Store) SetEvicting(name string, evicting bool, refusedUntil time.Time) 
 	return true
 }
 
+// Get returns one workload as it is now, without copying the rest of the registry.
+func (s *Store) Get(name string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.workloads[name]
+	if !ok {
+		return Record{}, false
+	}
+	return r.copy(), true
+}
+
 // Snapshot returns the registry as it is now.
 func (s *Store) Snapshot() Snapshot {
 	s.mu.Lock()

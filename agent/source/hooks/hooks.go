@@ -171,7 +171,7 @@ func (s *Source) Container(_ context.Context, pod isolation.Pod, _ string) (plug
 // pod watch confirms or updates it). known says it was registered before.
 func (s *Source) workload(pod isolation.Pod) (r state.Record, known, ok bool) {
 	name := pod.Namespace + "/" + pod.Name
-	if r, ok := s.opts.Node.Snapshot().Get(name); ok && (r.UID == "" || r.UID == pod.UID) {
+	if r, ok := s.opts.Node.Get(name); ok && (r.UID == "" || r.UID == pod.UID) {
 		return r, true, true
 	}
 	cgroup := CgroupOfParent(pod.CgroupParent)

@@ -200,7 +200,7 @@ func (s *Source) sync(pod *corev1.Pod) {
 		ReclaimedMemory:   kube.RequestValue(pod, kube.ResourceReclaimedMemory),
 		Pinned:            pinned,
 	}
-	old, had := s.opts.Node.Snapshot().Get(podName(pod))
+	old, had := s.opts.Node.Get(podName(pod))
 	if had && old.UID != string(pod.UID) && old.UID != "" {
 		s.opts.Node.Remove(old.Name, "replaced by a new pod of the same name")
 	}
@@ -247,7 +247,7 @@ func (s *Source) drop(uid types.UID, why string) {
 	if !ok {
 		return
 	}
-	if r, ok := s.opts.Node.Snapshot().Get(podName(pod)); ok && (r.UID == "" || r.UID == string(uid)) {
+	if r, ok := s.opts.Node.Get(podName(pod)); ok && (r.UID == "" || r.UID == string(uid)) {
 		s.opts.Node.Remove(r.Name, "pod "+why)
 	}
 }

@@ -226,7 +226,7 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 // Release forgets a workload whose processes have exited. One that still has processes is
 // kept; the source collects it once it is empty.
 func (s *Source) Release(name string) error {
-	r, ok := s.opts.Node.Snapshot().Get(name)
+	r, ok := s.opts.Node.Get(name)
 	if !ok {
 		return refuse(404, "no workload named %q", name)
 	}
