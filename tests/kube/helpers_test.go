@@ -277,9 +277,12 @@ func (n *kubeNode) runPod(pod *corev1.Pod, args ...string) *runningPod {
 	}
 	p := &runningPod{pod: created, cgroup: n.podCgroup(created)}
 	p.container = p.cgroup + "/c0ffee" + strings.ReplaceAll(string(created.UID), "-", "")[:8]
-	if err := n.writer.Apply([]plugins.Cgroup{{Path: p.cgroup}, {Path: p.container}}); err != nil {
-		n.t.Fatal(err)
-	}
+	// The agent may shrink the pod cgroup's cpuset between the container cgroup's mkdir and
+	// the copy of its parent's cpus into it (v1 then refuses the copy with EACCES); the
+	// kubelet retries such a failure the same way.
+	eventually(n.t, 5*time.Second, "create the cgroups of "+created.Name, func() error {
+		return n.writer.Apply([]plugins.Cgroup{{Path: p.cgroup}, {Path: p.container}})
+	})
 	if len(args) > 0 {
 		p.cmd = n.runPodProcess(p, args...)
 	}
