@@ -68,15 +68,17 @@ type Agent struct {
 
 	reconciling sync.Mutex
 
-	mu        sync.Mutex
-	advisor   *advisor.Advisor
-	pools     plugins.Pools
-	online    map[int]int64 // latest online usage of each node's shared pool
-	memTotal  int64         // node memory, from the latest sample
-	memOnline int64         // memory used by all but reclaimed work, from the latest sample
-	actions   []reporter.Action
-	applyErr  error
-	lastEvict time.Time
+	mu      sync.Mutex
+	advisor *advisor.Advisor
+	pools   plugins.Pools
+	online  map[int]int64 // latest online usage of each node's shared pool
+	// indicators are the latest interference figures of online work, per NUMA node.
+	indicators map[int][]reporter.Indicator
+	memTotal   int64 // node memory, from the latest sample
+	memOnline  int64 // memory used by all but reclaimed work, from the latest sample
+	actions    []reporter.Action
+	applyErr   error
+	lastEvict  time.Time
 	// planGeneration grows whenever the fast path shrinks the plan, so a full pass that
 	// started before knows to write the reclaimed limits again.
 	planGeneration uint64
@@ -239,6 +241,9 @@ func advisorConfig(cfg config.Config) advisor.Config {
 		MinReclaimedBytes:    cfg.Memory.MinReclaimedBytes,
 		SafetyMarginBytes:    cfg.Memory.SafetyMarginBytes,
 		GrowStepBytes:        cfg.Memory.GrowStepBytes,
+		Control: advisor.Control{
+			Slack: cfg.Interference.Slack, Cut: cfg.Interference.Cut, Hold: cfg.Interference.HoldAfterCut,
+		},
 	}
 }
 
@@ -283,6 +288,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { a.slowLoop(ctx) })
 	wg.Go(func() { a.fastLoop(ctx) })
+	wg.Go(func() { a.interferenceLoop(ctx) })
 	wg.Go(func() {
 		a.store.RunCheckpoints(ctx, func(err error) { a.log.Error("cannot write checkpoint", "dir", a.cfg.StateDir, "err", err) })
 	})

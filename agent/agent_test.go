@@ -117,9 +117,10 @@ func (h *fakeHost) read(cgroup, file string) string {
 	return strings.TrimSpace(string(data))
 }
 
-func (h *fakeHost) agent(stateDir string) *Agent {
+func (h *fakeHost) agent(stateDir string, mechanism plugins.CPUMechanism) *Agent {
 	h.t.Helper()
 	cfg := config.Default()
+	cfg.CPU.Mechanism = string(mechanism)
 	cfg.Cgroup.Root = "tidal"
 	cfg.StateDir, cfg.SocketPath = stateDir, filepath.Join(stateDir, "sock")
 	a, err := newAgentOn(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), host{sys: h.sys, proc: h.proc, cgroups: cgroupfs.NewV2(h.cgroupRoot)})
@@ -143,11 +144,24 @@ func sleeper(t *testing.T) int {
 // The core end to end on a fake host, no root: admit through the standalone source, the
 // settings in the cgroup files, lending grown by the slow loop from the CPU counters and cut
 // by the fast path's narrow write, and a restart that adopts the workloads from the
-// checkpoint without moving the dedicated one's cores.
+// checkpoint without moving the dedicated one's cores. Under every CPU mechanism: with quota
+// the quota is what lending moves, with the others the reclaimed pool's cpuset.
 func TestCoreOnAFakeHost(t *testing.T) {
+	for _, m := range plugins.CPUMechanisms() {
+		t.Run(string(m), func(t *testing.T) { testCoreOnAFakeHost(t, m) })
+	}
+}
+
+func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	h := newFakeHost(t)
 	state := t.TempDir()
-	a := h.agent(state)
+	a := h.agent(state, mechanism)
+	limit := func() string {
+		if mechanism == plugins.MechanismQuota {
+			return h.read("tidal/reclaimed", "cpu.max")
+		}
+		return h.read("tidal/reclaimed", "cpuset.cpus")
+	}
 	h.cgroup("tidal/reclaimed/batch")
 	h.cgroup("tidal/dedicated/db")
 
@@ -166,8 +180,8 @@ func TestCoreOnAFakeHost(t *testing.T) {
 	if got := h.read("tidal/reclaimed/batch", "cgroup.procs"); got != fmt.Sprint(batch) {
 		t.Errorf("batch's cgroup.procs = %q, want its pid", got)
 	}
-	if got := h.read("tidal/reclaimed", "cpu.idle"); got != "1" {
-		t.Errorf("reclaimed tier cpu.idle = %q, want 1", got)
+	if got, want := h.read("tidal/reclaimed", "cpu.idle"), map[bool]string{true: "0", false: "1"}[mechanism == plugins.MechanismShares]; got != want {
+		t.Errorf("reclaimed tier cpu.idle = %q, want %s", got, want)
 	}
 	if got := h.read("tidal/shared", "cpuset.cpus"); got != "0-2" {
 		t.Errorf("shared pool %q, want 0-2 (3 is dedicated)", got)
@@ -184,7 +198,12 @@ func TestCoreOnAFakeHost(t *testing.T) {
 		a.sampler.at = a.sampler.at.Add(-time.Second) // the tick's second, without sleeping it
 		a.slowPass(ctx)
 	}
-	grown := h.read("tidal/reclaimed", "cpu.max")
+	for range 10 {
+		h.tick([4]int{10, 10, 10, 0})
+		a.sampler.at = a.sampler.at.Add(-time.Second)
+		a.slowPass(ctx)
+	}
+	grown := limit()
 
 	// Per-workload CPU is the cgroup's own counter over time: batch used 2 s of CPU; the
 	// figure is its rate between two samples (round robin: at most workloadSampleEvery
@@ -199,19 +218,34 @@ func TestCoreOnAFakeHost(t *testing.T) {
 	if !before.Sampled() || after.MilliCPU <= 0 {
 		t.Errorf("batch's CPU: sampled %v, %dm after 2s of CPU; want a rate above 0", before.Sampled(), after.MilliCPU)
 	}
-	if grown == "100000 100000" || grown == "10000 100000" {
-		t.Fatalf("reclaimed quota %q: lending did not grow", grown)
+	// Online uses 300m of the 3000m shared pool: lent 3000 - (300 x 1.1 + 250) = 2420m.
+	// (The pass's elapsed time is a second and a few ms: allow for it.)
+	if mechanism == plugins.MechanismQuota {
+		var quota, period int
+		if _, err := fmt.Sscanf(grown, "%d %d", &quota, &period); err != nil || quota < 240000 || quota > 242500 {
+			t.Fatalf("reclaimed quota %q after growing, want about 242000 100000", grown)
+		}
+	} else if grown != "0-2" {
+		t.Fatalf("reclaimed pool %q after growing, want 0-2 (ceil of 2420m)", grown)
+	}
+	if q := h.read("tidal/reclaimed", "cpu.max"); mechanism != plugins.MechanismQuota && q != "max 100000" {
+		t.Errorf("reclaimed quota %q under the %s mechanism, want none", q, mechanism)
 	}
 
-	// An online spike: the fast path's narrow write cuts the quota, and writes nothing else.
+	// An online spike: the fast path's narrow write cuts the reclaimed pool's cpuset (of the
+	// tier and its workload) and with the quota mechanism the tier's quota, nothing else.
 	writes := a.writer.Stats().Writes
 	a.spike(time.Now(), 2900)
-	if got := h.read("tidal/reclaimed", "cpu.max"); got == grown {
-		t.Errorf("reclaimed quota still %q after the spike", got)
+	if got, want := limit(), map[bool]string{true: "10000 100000", false: "2"}[mechanism == plugins.MechanismQuota]; got != want {
+		t.Errorf("reclaimed limit %q after the spike, want %q", got, want)
+	}
+	wantWrites := map[string]uint64{"cpuset.cpus": 2}
+	if mechanism == plugins.MechanismQuota {
+		wantWrites["cpu.quota"] = 1
 	}
 	for knob, n := range a.writer.Stats().Writes {
-		if d := n - writes[knob]; d != 0 && knob != "cpu.quota" || knob == "cpu.quota" && d != 1 {
-			t.Errorf("the fast path wrote %s %d times, want only the reclaimed quota once", knob, d)
+		if d := n - writes[knob]; d != wantWrites[knob] {
+			t.Errorf("the fast path wrote %s %d times, want %d", knob, d, wantWrites[knob])
 		}
 	}
 
@@ -219,7 +253,7 @@ func TestCoreOnAFakeHost(t *testing.T) {
 	if err := a.store.Save(); err != nil {
 		t.Fatal(err)
 	}
-	b := h.agent(state)
+	b := h.agent(state, mechanism)
 	snap := b.store.Snapshot()
 	if len(snap.Workloads) != 2 {
 		t.Fatalf("restored %d workloads, want 2", len(snap.Workloads))

@@ -162,6 +162,7 @@ func (a *Agent) Status() reporter.Status {
 			NUMANode: np.Node, System: np.System.String(), Dedicated: np.Dedicated.String(),
 			Shared: np.Shared.String(), Reclaimed: np.Reclaimed.String(),
 			LentMilliCPU: plan.ReclaimedMilliCPU[np.Node], OnlineMilliCPU: a.online[np.Node],
+			Control: a.controlStatusLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]),
 		})
 	}
 	for _, r := range snap.Workloads {

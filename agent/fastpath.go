@@ -4,10 +4,12 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
@@ -181,25 +183,41 @@ func (a *Agent) spike(now time.Time, onlineMilli int64) {
 	}
 }
 
-// writeReclaimedLimits is the fast path's narrow write: only the CPU quotas of reclaimed
-// cgroups (tidal's tier, its children with caps of their own, reclaimed pods), from the
-// current plan, without the full pass's other writes and without waiting for it. The next
-// full pass narrows the reclaimed pool's cpuset to match.
+// writeReclaimedLimits is the fast path's narrow write: only the reclaimed cgroups' CPU limits
+// (tidal's tier and everything under it, reclaimed pods and their containers), from the
+// current plan, without the full pass's other writes and without waiting for it: the
+// reclaimed pool's cpuset and, with the quota mechanism, the CFS quotas.
 func (a *Agent) writeReclaimedLimits() {
 	snap := a.store.Snapshot()
 	a.mu.Lock()
 	plan := a.writtenPlanLocked(time.Now(), snap)
+	old := a.pools
+	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, plan.ReclaimedMilliCPU)
 	node := a.nodeLocked(plan)
 	a.mu.Unlock()
+	if !samePoolCPUs(old, node.Pools) {
+		select {
+		case a.poolsChanged <- struct{}{}:
+		default:
+		}
+	}
 	reclaimedTier := plugins.TierPath(a.cfg.Cgroup.Root, qos.Reclaimed)
+	var reclaimedPods []string
+	for _, r := range snap.Workloads {
+		if r.Owner.Foreign() && r.Tier == qos.Reclaimed {
+			reclaimedPods = append(reclaimedPods, r.Cgroup)
+		}
+	}
 	var narrow []plugins.Cgroup
 	for _, c := range a.desired(snap, node, plan).Cgroups() {
-		if c.Settings.CPUQuota == 0 {
+		if !within(c.Path, reclaimedTier) && !slices.ContainsFunc(reclaimedPods, func(p string) bool { return within(c.Path, p) }) {
 			continue
 		}
-		if r, ok := snap.ByCgroup(c.Path); c.Path == reclaimedTier || ok && r.Tier == qos.Reclaimed {
-			narrow = append(narrow, plugins.Cgroup{Path: c.Path, Foreign: c.Foreign, Settings: plugins.Settings{CPUQuota: c.Settings.CPUQuota}})
+		s := plugins.Settings{CPUs: c.Settings.CPUs, CPUQuota: c.Settings.CPUQuota}
+		if s.CPUs.IsEmpty() && s.CPUQuota == 0 {
+			continue
 		}
+		narrow = append(narrow, plugins.Cgroup{Path: c.Path, Foreign: c.Foreign, Settings: s})
 	}
 	err := a.writer.Apply(narrow)
 	if err != nil {
@@ -207,6 +225,9 @@ func (a *Agent) writeReclaimedLimits() {
 	}
 	a.publish(snap)
 }
+
+// within says whether cgroup p is dir or below it.
+func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 
 // onlineCgroups are the cgroups whose CPU time the fast path counts as online work (plus)
 // once the ones to take out of it (minus) are subtracted: tidal's online tiers and, with a

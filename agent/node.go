@@ -288,7 +288,7 @@ func (a *Agent) gpus() *pgpu.Tracker { return a.store.Allocator().GPUs() }
 // nodeLocked is what the decision function needs to know of the node under plan.
 func (a *Agent) nodeLocked(plan advisor.Plan) plugins.Node {
 	return plugins.Node{CPUs: a.topo.AllCPUs(), Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
-		GPUMinors: a.gpus().Minors()}
+		ReclaimedCPU: a.mechanism(), GPUMinors: a.gpus().Minors()}
 }
 
 // minWrittenMemory is the least memory limit the reclaimed tier gets: 0 would mean "leave

@@ -24,8 +24,32 @@ type Node struct {
 	LentMemory   int64
 	// Idle: the kernel offers cpu.idle, the lowest CPU priority.
 	Idle bool
+	// ReclaimedCPU is how reclaimed work is kept to what is lent (plugins/cpu).
+	ReclaimedCPU CPUMechanism
 	// GPUMinors are the /dev/nvidiaN minors of the node's GPUs.
 	GPUMinors []int
+}
+
+// CPUMechanism is how the reclaimed tier is held to the CPU it is lent. Every mechanism
+// confines reclaimed work to the reclaimed pool's CPUs (ceil(lent) of the shared ones); they
+// differ in how it yields to online work on those CPUs. Which protects online latency best
+// differs between machines and workloads (docs/benchmark.md has the figures behind the default).
+type CPUMechanism string
+
+const (
+	// MechanismIdle: the kernel's idle class (cpu.idle 1), or cpu.shares 2 where the kernel has
+	// no cpu.idle; no CFS quota, so reclaimed work uses all the idle time of its CPUs.
+	MechanismIdle CPUMechanism = "idle"
+	// MechanismShares: cpu.shares 2 (cpu.weight 1 on v2), no CFS quota.
+	MechanismShares CPUMechanism = "shares"
+	// MechanismQuota: the idle class (or shares 2) and a CFS quota of exactly what is lent.
+	// Throttling reclaimed work this way hurt online tail latency on some machines.
+	MechanismQuota CPUMechanism = "quota"
+)
+
+// CPUMechanisms lists the mechanisms, for config validation and docs.
+func CPUMechanisms() []CPUMechanism {
+	return []CPUMechanism{MechanismIdle, MechanismShares, MechanismQuota}
 }
 
 // Decision is what one workload (a pod, a container, a `tidal run` process) gets.

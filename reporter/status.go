@@ -72,6 +72,46 @@ type Pool struct {
 	LentMilliCPU int64 `json:"lentMilliCPU"`
 	// OnlineMilliCPU is online work's latest usage of the shared pool.
 	OnlineMilliCPU int64 `json:"onlineMilliCPU"`
+	// Control says how LentMilliCPU was sized.
+	Control Control `json:"control"`
+}
+
+// Control is how a NUMA node's lending is sized: the smaller of the usage ceiling (the pool
+// less predicted online demand) and the interference cap (fed back from online work's
+// indicators), never under the minimum, and within the lease when there is one.
+type Control struct {
+	// Mechanism is how reclaimed work is held to what is lent (cpu.mechanism).
+	Mechanism string `json:"mechanism"`
+	// Bound names the rule that sets what is lent now: "usage ceiling", "interference cap",
+	// "minimum" or "lease".
+	Bound string `json:"bound"`
+	// UsageCeilingMilliCPU is the pool less the predicted online demand; Formula shows it
+	// with its live inputs.
+	UsageCeilingMilliCPU    int64  `json:"usageCeilingMilliCPU"`
+	PredictedOnlineMilliCPU int64  `json:"predictedOnlineMilliCPU"`
+	Formula                 string `json:"formula"`
+	// InterferenceCapMilliCPU is the most the interference feedback lets the node lend;
+	// State is grow (slack on every indicator), hold (no slack, or within HeldUntil after a
+	// cut) or cut (the last reading crossed a target).
+	InterferenceCapMilliCPU int64     `json:"interferenceCapMilliCPU"`
+	State                   string    `json:"state"`
+	HeldUntil               time.Time `json:"heldUntil,omitzero"`
+	// Indicators are online workloads' latest figures against their targets, worst first.
+	Indicators []Indicator `json:"indicators"`
+	// LastCut is the last cut with its figures.
+	LastCut   string    `json:"lastCut,omitempty"`
+	LastCutAt time.Time `json:"lastCutAt,omitzero"`
+}
+
+// Indicator is one interference figure of one online workload.
+type Indicator struct {
+	Workload string  `json:"workload"`
+	Tier     string  `json:"tier"`
+	Name     string  `json:"name"` // run-queue wait, throttled
+	Value    float64 `json:"value"`
+	Target   float64 `json:"target"` // 0: not used by the feedback
+	// RunMilliCPU is the CPU the workload ran over the reading (the ratio's base).
+	RunMilliCPU int64 `json:"runMilliCPU"`
 }
 
 // Lendable is what the node lends to reclaimed work now.
@@ -146,6 +186,9 @@ func WriteText(w io.Writer, s Status) error {
 	for _, p := range s.Pools {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%dm\t%dm\n", p.NUMANode, dash(p.System), dash(p.Dedicated), dash(p.Shared), dash(p.Reclaimed), p.LentMilliCPU, p.OnlineMilliCPU)
 	}
+	for _, p := range s.Pools {
+		writeControl(tw, p)
+	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "WORKLOAD\tTIER\tSTATE\tPIDS\tCPU\tMEMORY\tCGROUP")
 	ws := append([]Workload(nil), s.Workloads...)
@@ -170,6 +213,28 @@ func WriteText(w io.Writer, s Status) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Time.Format("15:04:05.000"), a.Kind, a.Reason)
 	}
 	return tw.Flush()
+}
+
+// writeControl shows how a NUMA node's lending was sized, with the live figures.
+func writeControl(w io.Writer, p Pool) {
+	c := p.Control
+	fmt.Fprintf(w, "\nnuma %d lends %dm (mechanism %s), set by the %s\n", p.NUMANode, p.LentMilliCPU, c.Mechanism, c.Bound)
+	fmt.Fprintf(w, "  usage ceiling %dm = %s\n", c.UsageCeilingMilliCPU, c.Formula)
+	held := ""
+	if !c.HeldUntil.IsZero() && c.HeldUntil.After(time.Now()) {
+		held = ", no growth until " + c.HeldUntil.Format("15:04:05")
+	}
+	fmt.Fprintf(w, "  interference cap %dm (%s%s)\n", c.InterferenceCapMilliCPU, dash(c.State), held)
+	for _, i := range c.Indicators {
+		target := "not used"
+		if i.Target > 0 {
+			target = fmt.Sprintf("target %.3f", i.Target)
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s %.3f\t%s\t(ran %dm)\n", i.Workload, i.Tier, i.Name, i.Value, target, i.RunMilliCPU)
+	}
+	if c.LastCut != "" {
+		fmt.Fprintf(w, "  last cut %s: %s\n", c.LastCutAt.Format("15:04:05.000"), c.LastCut)
+	}
 }
 
 func dash(s string) string {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/tidalqos/tidal/internal/yamlconf"
+	"github.com/tidalqos/tidal/plugins"
 )
 
 // Modes of operation.
@@ -65,11 +66,12 @@ type Config struct {
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `yaml:"logLevel"`
 
-	CPU      CPU      `yaml:"cpu"`
-	Memory   Memory   `yaml:"memory"`
-	Loops    Loops    `yaml:"loops"`
-	Eviction Eviction `yaml:"eviction"`
-	Status   Status   `yaml:"status"`
+	CPU          CPU          `yaml:"cpu"`
+	Interference Interference `yaml:"interference"`
+	Memory       Memory       `yaml:"memory"`
+	Loops        Loops        `yaml:"loops"`
+	Eviction     Eviction     `yaml:"eviction"`
+	Status       Status       `yaml:"status"`
 	// Arbiter is the central arbiter the node reports to (optional).
 	Arbiter Arbiter `yaml:"arbiter"`
 	// Kubernetes configures the kubernetes mode (ignored standalone).
@@ -121,6 +123,36 @@ type CPU struct {
 	// SpikeThreshold: the fast path fires when online usage exceeds this
 	// fraction of the CPU online work has not lent out.
 	SpikeThreshold float64 `yaml:"spikeThreshold"`
+	// Mechanism is how reclaimed work is held to what is lent on its CPUs: idle, shares
+	// or quota (see plugins.CPUMechanism and docs/benchmark.md for the figures).
+	Mechanism string `yaml:"mechanism"`
+}
+
+// Interference configures the feedback that sizes lending by how much online work is hurt.
+type Interference struct {
+	// Interval is how often online work's indicators are read.
+	Interval time.Duration `yaml:"interval"`
+	// MinRunMilliCPU: an online workload that ran less CPU than this over an interval
+	// is left out of that reading (a handful of wakeups says nothing of a ratio).
+	MinRunMilliCPU int64 `yaml:"minRunMilliCPU"`
+	// Slack: lending grows only while every indicator is under Slack x its target.
+	Slack float64 `yaml:"slack"`
+	// Cut multiplies what a NUMA node lends when an indicator crosses its target.
+	Cut float64 `yaml:"cut"`
+	// HoldAfterCut is how long lending may not grow after a cut.
+	HoldAfterCut time.Duration `yaml:"holdAfterCut"`
+	// Shared and Dedicated are the targets for online work of each tier.
+	Shared    Targets `yaml:"shared"`
+	Dedicated Targets `yaml:"dedicated"`
+}
+
+// Targets are the indicator levels past which a tier's online work counts as hurt; 0 turns an
+// indicator off for that tier.
+type Targets struct {
+	// RunQueueWait is run-queue wait per unit of CPU run (/proc/<tid>/schedstat).
+	RunQueueWait float64 `yaml:"runQueueWait"`
+	// Throttled is the fraction of CFS periods in which the workload's own quota ran out.
+	Throttled float64 `yaml:"throttled"`
 }
 
 // Memory configures how memory is lent and when reclaimed work is evicted.
@@ -239,6 +271,16 @@ func Default() Config {
 			GrowStepMilliCPU:     250,
 			PeakWindow:           30 * time.Second,
 			SpikeThreshold:       0.8,
+			Mechanism:            string(plugins.MechanismIdle),
+		},
+		Interference: Interference{
+			Interval:       500 * time.Millisecond,
+			MinRunMilliCPU: 20,
+			Slack:          0.5,
+			Cut:            0.5,
+			HoldAfterCut:   10 * time.Second,
+			Shared:         Targets{RunQueueWait: 0.25},
+			Dedicated:      Targets{RunQueueWait: 0.10},
 		},
 		Memory: Memory{
 			ReservedSystemBytes:      1 * yamlconf.Gi,

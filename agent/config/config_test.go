@@ -61,6 +61,18 @@ cpu:
   growStepMilliCPU: 1000
   peakWindow: 1m
   spikeThreshold: 1
+  mechanism: quota
+interference:
+  interval: 250ms
+  minRunMilliCPU: 5
+  slack: 0.6
+  cut: 0.25
+  holdAfterCut: 30s
+  shared:
+    runQueueWait: 0.3
+    throttled: 0.5
+  dedicated:
+    runQueueWait: 0.05
 memory:
   reservedSystemBytes: 2Gi
   minReclaimedBytes: 0
@@ -120,7 +132,10 @@ func fullExampleConfig() Config {
 			GrowStepMilliCPU:     1000,
 			PeakWindow:           time.Minute,
 			SpikeThreshold:       1,
+			Mechanism:            "quota",
 		},
+		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second,
+			Shared: Targets{RunQueueWait: 0.3, Throttled: 0.5}, Dedicated: Targets{RunQueueWait: 0.05}},
 		Memory: Memory{
 			ReservedSystemBytes:      2 * yamlconf.Gi,
 			MinReclaimedBytes:        0,
@@ -297,8 +312,8 @@ func TestLoadNamesFile(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, memory, loops, eviction, status, arbiter, kubernetes, hooks"
-	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold"
+	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, interference, memory, loops, eviction, status, arbiter, kubernetes, hooks"
+	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {
 		name string
@@ -436,7 +451,7 @@ loops:
 	want := []string{
 		`tidal.yaml:2: logLevel: "loud" is not allowed: want one of debug, info, warn, error`,
 		`tidal.yaml:4: cpu.spikeThreshold: 0 is out of range: want a number in (0, 1]`,
-		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold`,
+		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism`,
 		`tidal.yaml:6: cpu.peakWindow: 10 is not a duration (a unit is required): want a duration >= 1s, such as "30s"`,
 		`tidal.yaml:8: memory.growStepBytes: "12X" is not a valid size (unknown suffix "X"): want a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`,
 		`tidal.yaml:10: loops.fastInterval: 5s is out of range: want a duration >= 1ms and < loops.slowInterval (1s)`,

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/tidalqos/tidal/internal/yamlconf"
+	"github.com/tidalqos/tidal/plugins"
 )
 
 // kind is how a key's value is written in the file.
@@ -77,6 +78,26 @@ func oneOf(vals ...string) func(string) bool {
 }
 
 func absPath(s string) bool { return path.IsAbs(s) }
+
+// targets is the section of one tier's interference targets.
+func targets(key string, p func(*Config) *Targets) *entry {
+	return section(key,
+		leaf("runQueueWait", kindFloat, func(c *Config) *float64 { return &p(c).RunQueueWait },
+			"a number >= 0 (run-queue wait per unit of CPU run; 0 turns it off)", func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }),
+		leaf("throttled", kindFloat, func(c *Config) *float64 { return &p(c).Throttled },
+			"a number in [0, 1] (fraction of CFS periods throttled; 0 turns it off)", inRange(0, 1, false)),
+	)
+}
+
+func mechanismList() []string {
+	var out []string
+	for _, m := range plugins.CPUMechanisms() {
+		out = append(out, string(m))
+	}
+	return out
+}
+
+func mechanismNames() string { return strings.Join(mechanismList(), ", ") }
 
 // relPath accepts a relative path that stays below its parent: not empty,
 // no leading slash, no ".." component and not just ".".
@@ -164,6 +185,24 @@ var schema = []*entry{
 			`a duration >= 1s, such as "30s"`, atLeast(time.Second)),
 		leaf("spikeThreshold", kindFloat, func(c *Config) *float64 { return &c.CPU.SpikeThreshold },
 			"a number in (0, 1]", inRange(0, 1, true)),
+		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },
+			"one of "+mechanismNames(), oneOf(mechanismList()...)),
+	),
+	section("interference",
+		leaf("interval", kindDuration, func(c *Config) *time.Duration { return &c.Interference.Interval },
+			`a duration in [50ms, 10s], such as "500ms"`, func(d time.Duration) bool {
+				return d >= 50*time.Millisecond && d <= 10*time.Second
+			}),
+		leaf("minRunMilliCPU", kindInt, func(c *Config) *int64 { return &c.Interference.MinRunMilliCPU },
+			"an integer >= 0", atLeast[int64](0)),
+		leaf("slack", kindFloat, func(c *Config) *float64 { return &c.Interference.Slack },
+			"a number in (0, 1]", inRange(0, 1, true)),
+		leaf("cut", kindFloat, func(c *Config) *float64 { return &c.Interference.Cut },
+			"a number in [0, 1)", func(v float64) bool { return v >= 0 && v < 1 }),
+		leaf("holdAfterCut", kindDuration, func(c *Config) *time.Duration { return &c.Interference.HoldAfterCut },
+			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
+		targets("shared", func(c *Config) *Targets { return &c.Interference.Shared }),
+		targets("dedicated", func(c *Config) *Targets { return &c.Interference.Dedicated }),
 	),
 	section("memory",
 		leaf("reservedSystemBytes", kindSize, func(c *Config) *int64 { return &c.Memory.ReservedSystemBytes },

@@ -78,10 +78,14 @@ func TestAllocateWholeCores(t *testing.T) {
 func TestFillSettings(t *testing.T) {
 	topo := twoNodes()
 	pools := ComputePools(topo, cpuset.New(), cpuset.New(3, 7), map[int]int64{0: 1000, 1: 1000})
-	tree := plugins.NewTree("tidal", nil, nil)
-	Resource{}.Fill(tree, plugins.Node{CPUs: topo.AllCPUs(), Pools: pools, LentMilliCPU: 2000, Idle: true})
-	if r := *tree.Tier(qos.Reclaimed); r.CPUQuota != 2000 || r.CPUIdle != plugins.On || !r.CPUs.Equals(pools.Reclaimed()) {
-		t.Errorf("reclaimed tier %+v", r)
+	fill := func(idle bool, m plugins.CPUMechanism) (*plugins.Tree, plugins.Settings) {
+		tree := plugins.NewTree("tidal", nil, nil)
+		Resource{}.Fill(tree, plugins.Node{CPUs: topo.AllCPUs(), Pools: pools, LentMilliCPU: 2000, Idle: idle, ReclaimedCPU: m})
+		return tree, *tree.Tier(qos.Reclaimed)
+	}
+	tree, r := fill(true, plugins.MechanismQuota)
+	if r.CPUQuota != 2000 || r.CPUIdle != plugins.On || !r.CPUs.Equals(pools.Reclaimed()) {
+		t.Errorf("reclaimed tier, quota mechanism: %+v", r)
 	}
 	if s := *tree.Tier(qos.Shared); s.CPUs.Contains(3) || s.CPUs.Contains(7) || s.CPUs.Size() != 6 || s.CPUShares != sharesOnline {
 		t.Errorf("shared tier %+v includes dedicated cores or misses shared ones", s)
@@ -89,13 +93,50 @@ func TestFillSettings(t *testing.T) {
 	if d := *tree.Tier(qos.Dedicated); !d.CPUs.Equals(topo.AllCPUs()) {
 		t.Errorf("dedicated tier cpus %s, want every CPU (its children own disjoint cores)", d.CPUs)
 	}
-	// Without cpu.idle: shares 2.
-	tree = plugins.NewTree("tidal", nil, nil)
-	Resource{}.Fill(tree, plugins.Node{CPUs: topo.AllCPUs(), Pools: pools, LentMilliCPU: 2000, Idle: false})
-	if r := *tree.Tier(qos.Reclaimed); r.CPUShares != SharesReclaimed || r.CPUIdle != plugins.Unset {
-		t.Errorf("reclaimed tier without idle %+v", r)
-	}
 	if cg := tree.Cgroups(); cg[0].Path != "tidal" || len(cg) != 1+4 {
 		t.Errorf("tree = %+v", cg)
+	}
+	// The idle mechanism: the idle class on the reclaimed pool, no quota.
+	if _, r := fill(true, plugins.MechanismIdle); r.CPUQuota != plugins.Unlimited || r.CPUIdle != plugins.On || !r.CPUs.Equals(pools.Reclaimed()) {
+		t.Errorf("reclaimed tier, idle mechanism: %+v", r)
+	}
+	// Shares: shares 2, and idle turned off where the kernel has it (shares are refused on an
+	// idle group).
+	if _, r := fill(true, plugins.MechanismShares); r.CPUQuota != plugins.Unlimited || r.CPUIdle != plugins.Off || r.CPUShares != SharesReclaimed {
+		t.Errorf("reclaimed tier, shares mechanism: %+v", r)
+	}
+	// Without cpu.idle every mechanism falls back to shares 2 and leaves cpu.idle alone.
+	for _, m := range plugins.CPUMechanisms() {
+		if _, r := fill(false, m); r.CPUShares != SharesReclaimed || r.CPUIdle != plugins.Unset {
+			t.Errorf("reclaimed tier without idle, %s mechanism: %+v", m, r)
+		}
+	}
+}
+
+// A reclaimed workload's quota: what is lent only under the quota mechanism (and for a pod,
+// which sits outside the tier that caps the others), its own cap always.
+func TestReclaimedQuota(t *testing.T) {
+	for _, c := range []struct {
+		m        plugins.CPUMechanism
+		owner    plugins.Owner
+		own      int64
+		want     int64
+		workload string
+	}{
+		{plugins.MechanismQuota, plugins.OwnerTidal, 0, plugins.Unlimited, "tidal run, capped by the tier"},
+		{plugins.MechanismQuota, plugins.OwnerKubelet, 0, 1500, "pod, capped by what is lent"},
+		{plugins.MechanismQuota, plugins.OwnerKubelet, 500, 500, "pod with a smaller cap of its own"},
+		{plugins.MechanismQuota, plugins.OwnerTidal, 3000, 1500, "own cap above what is lent"},
+		{plugins.MechanismIdle, plugins.OwnerKubelet, 0, plugins.Unlimited, "pod, idle mechanism"},
+		{plugins.MechanismIdle, plugins.OwnerTidal, 700, 700, "own cap, idle mechanism"},
+		{plugins.MechanismShares, plugins.OwnerKubelet, 0, plugins.Unlimited, "pod, shares mechanism"},
+	} {
+		w := plugins.Workload{Name: "w", Tier: qos.Reclaimed, Owner: c.owner, MilliCPU: c.own}
+		n := plugins.Node{LentMilliCPU: 1500, Idle: true, ReclaimedCPU: c.m}
+		var d plugins.Decision
+		Resource{}.Decide(w, n, &d)
+		if d.Settings.CPUQuota != c.want {
+			t.Errorf("%s: quota %d, want %d", c.workload, d.Settings.CPUQuota, c.want)
+		}
 	}
 }

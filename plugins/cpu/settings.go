@@ -32,13 +32,26 @@ func (Resource) Fill(t *plugins.Tree, n plugins.Node) {
 	*t.Tier(qos.System) = merge(*t.Tier(qos.System), plugins.Settings{CPUs: system, Mems: allMems, CPUShares: sharesSystem})
 	*t.Tier(qos.Dedicated) = merge(*t.Tier(qos.Dedicated), plugins.Settings{CPUs: n.CPUs, Mems: allMems, CPUShares: sharesOnline})
 	*t.Tier(qos.Shared) = merge(*t.Tier(qos.Shared), plugins.Settings{CPUs: shared, Mems: allMems, CPUShares: sharesOnline})
-	reclaimed := plugins.Settings{CPUs: n.Pools.Reclaimed(), Mems: allMems, CPUQuota: n.LentMilliCPU}
-	if n.Idle {
-		reclaimed.CPUIdle = plugins.On
-	} else {
-		reclaimed.CPUShares = SharesReclaimed
+	reclaimed := plugins.Settings{CPUs: n.Pools.Reclaimed(), Mems: allMems, CPUQuota: plugins.Unlimited}
+	reclaimedPriority(&reclaimed, n)
+	if n.ReclaimedCPU == plugins.MechanismQuota {
+		reclaimed.CPUQuota = n.LentMilliCPU
 	}
 	*t.Tier(qos.Reclaimed) = merge(*t.Tier(qos.Reclaimed), reclaimed)
+}
+
+// reclaimedPriority sets the lowest CPU priority the mechanism asks for: the idle class where
+// the kernel has it (idle and quota mechanisms), else cpu.shares 2. Going from idle to shares
+// turns idle off first: the kernel refuses shares on an idle group.
+func reclaimedPriority(s *plugins.Settings, n plugins.Node) {
+	if n.Idle && n.ReclaimedCPU != plugins.MechanismShares {
+		s.CPUIdle = plugins.On
+		return
+	}
+	s.CPUShares = SharesReclaimed
+	if n.Idle {
+		s.CPUIdle = plugins.Off
+	}
 }
 
 // Decide sets a workload's cpuset, priority and quota by tier: system runs on the system
@@ -71,21 +84,8 @@ func (Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision) 
 		}
 	case qos.Reclaimed:
 		s.CPUs, s.Mems = n.Pools.Reclaimed(), allMems
-		if n.Idle {
-			s.CPUIdle = plugins.On
-		} else {
-			s.CPUShares = SharesReclaimed
-		}
-		// Inside tidal's reclaimed tier the tier's cgroup caps what all of them use together
-		// (one write per change of lending); a pod sits outside it, so what is lent caps it
-		// itself. Its own cap may only be smaller (v1 refuses a child quota above its parent's).
-		s.CPUQuota = plugins.Unlimited
-		if w.Owner.Foreign() {
-			s.CPUQuota = n.LentMilliCPU
-		}
-		if w.MilliCPU > 0 {
-			s.CPUQuota = min(n.LentMilliCPU, w.MilliCPU)
-		}
+		reclaimedPriority(s, n)
+		s.CPUQuota = reclaimedQuota(w, n)
 	}
 	if w.Owner.Foreign() && w.Tier != qos.Reclaimed {
 		s.CPUQuota = 0 // an online pod's CPU limit is the kubelet's
@@ -94,6 +94,27 @@ func (Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision) 
 		// The kubelet's CPU manager owns this pod's cpusets (static policy).
 		s.CPUs, s.Mems = cpuset.New(), cpuset.New()
 	}
+}
+
+// reclaimedQuota is a reclaimed workload's CFS quota. With the quota mechanism, inside tidal's
+// reclaimed tier the tier's cgroup caps what all of them use together (one write per change
+// of lending); a pod sits outside it, so what is lent caps it itself. A workload's own cap
+// applies under every mechanism and may only be smaller than what is lent (v1 refuses a child
+// quota above its parent's).
+func reclaimedQuota(w plugins.Workload, n plugins.Node) int64 {
+	lent := plugins.Unlimited
+	if n.ReclaimedCPU == plugins.MechanismQuota {
+		lent = n.LentMilliCPU
+	}
+	switch {
+	case w.MilliCPU > 0 && lent > 0:
+		return min(lent, w.MilliCPU)
+	case w.MilliCPU > 0:
+		return w.MilliCPU
+	case w.Owner.Foreign():
+		return lent
+	}
+	return plugins.Unlimited
 }
 
 // systemPool is where system work runs: the reserved CPUs, else (none reserved) the shared pool.

@@ -32,7 +32,8 @@ func twoNodes() *topology.Topology {
 
 func testNode(idle bool) plugins.Node {
 	pools := cpu.ComputePools(twoNodes(), cpuset.New(), cpuset.New(3, 7), map[int]int64{0: 1000, 1: 1000})
-	return plugins.Node{CPUs: twoNodes().AllCPUs(), Pools: pools, LentMilliCPU: 2000, LentMemory: 4 << 30, Idle: idle}
+	return plugins.Node{CPUs: twoNodes().AllCPUs(), Pools: pools, LentMilliCPU: 2000, LentMemory: 4 << 30, Idle: idle,
+		ReclaimedCPU: plugins.MechanismQuota}
 }
 
 var pol = policy.Default()

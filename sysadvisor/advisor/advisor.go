@@ -24,6 +24,56 @@ type Config struct {
 	MinReclaimedBytes   int64
 	SafetyMarginBytes   int64
 	GrowStepBytes       int64
+
+	Control Control
+}
+
+// Control configures the interference feedback: lending grows while online work shows slack
+// on every indicator and is cut at once, multiplicatively, when one crosses its target.
+type Control struct {
+	// Slack: lending may grow only while every indicator is below Slack x its target.
+	Slack float64
+	// Cut multiplies what a NUMA node lends when an indicator crosses its target.
+	Cut float64
+	// Hold is how long after a cut lending may not grow again.
+	Hold time.Duration
+}
+
+// Indicator is one interference figure of online work against its target, such as the
+// run-queue wait per unit of CPU run of the worst-off online workload.
+type Indicator struct {
+	Name     string // "run-queue wait", "throttled"
+	Workload string // whose figure it is
+	Value    float64
+	Target   float64
+}
+
+// load is the indicator as a fraction of its target (0 when it has none).
+func (i Indicator) load() float64 {
+	if i.Target <= 0 {
+		return 0
+	}
+	return i.Value / i.Target
+}
+
+func (i Indicator) String() string {
+	return fmt.Sprintf("%s of %s %.3f (target %.3f)", i.Name, i.Workload, i.Value, i.Target)
+}
+
+// Controller is the interference feedback's state on one NUMA node, for status.
+type Controller struct {
+	// CapMilliCPU is the most the interference feedback lets the node lend now.
+	CapMilliCPU int64
+	// State is "grow" (slack on every indicator), "hold" (under target, no slack, or just
+	// cut), "cut" (the last reading crossed) or "" before the first reading.
+	State string
+	// Worst is the indicator nearest its target at the last reading.
+	Worst     Indicator
+	At        time.Time
+	HeldUntil time.Time
+	// LastCut is the last cut's reason ("" if none yet) and when it happened.
+	LastCut   string
+	LastCutAt time.Time
 }
 
 // NUMASample is what online work uses on one NUMA node's shared pool.
@@ -66,9 +116,9 @@ type Change struct {
 	Reason string
 }
 
-// Slow-loop shrinks smaller than these are noise in the usage figures, well inside the safety
-// margins: ignoring them keeps cgroup writes and the action log for real changes. The fast
-// path and resets are not damped.
+// Slow-loop changes smaller than these are noise in the usage figures, well inside the safety
+// margins: ignoring them keeps cgroup writes and the action log for real changes (a grow of a
+// few MiB would log "21.2GiB -> 21.2GiB"). The fast path and resets are not damped.
 const (
 	cpuDeadband    = 50       // millicores
 	memoryDeadband = 64 << 20 // bytes
@@ -89,11 +139,12 @@ type Advisor struct {
 	plan   Plan
 	memCap int64 // memory the node could lend (total less reserved)
 	primed bool  // a fresh sample has arrived since start or since the last Reset
+	ctl    map[int]*Controller
 }
 
 // New returns an advisor whose plan lends the minimum until the first fresh sample.
 func New(cfg Config) *Advisor {
-	a := &Advisor{cfg: cfg, cpu: map[int][]point{}, pool: map[int]int64{}}
+	a := &Advisor{cfg: cfg, cpu: map[int][]point{}, pool: map[int]int64{}, ctl: map[int]*Controller{}}
 	a.plan = Plan{ReclaimedMilliCPU: map[int]int64{}, ReclaimedMemory: cfg.MinReclaimedBytes}
 	return a
 }
@@ -178,7 +229,11 @@ func (a *Advisor) Step(s Sample) []Change {
 		}
 		next, kind := approach(cur, target, a.cfg.GrowStepMilliCPU, cpuDeadband)
 		if kind != "" {
-			changes = append(changes, Change{kind, fmt.Sprintf("numa %d: online peak %dm of pool %dm over %s: reclaimed CPU %dm -> %dm", node, peak, ns.PoolMilliCPU, a.cfg.PeakWindow, cur, next)})
+			rule := fmt.Sprintf("online peak %dm of pool %dm over %s", peak, ns.PoolMilliCPU, a.cfg.PeakWindow)
+			if c := a.controller(node); c.CapMilliCPU < a.usageCeiling(node, peak) {
+				rule = fmt.Sprintf("interference cap %dm (%s, worst %s)", c.CapMilliCPU, c.State, c.Worst)
+			}
+			changes = append(changes, Change{kind, fmt.Sprintf("numa %d: %s: reclaimed CPU %dm -> %dm", node, rule, cur, next)})
 		}
 		a.plan.ReclaimedMilliCPU[node] = next
 	}
@@ -202,11 +257,11 @@ func (a *Advisor) Step(s Sample) []Change {
 	return changes
 }
 
-// approach moves cur toward target: down at once (unless by less than deadband), up by at
-// most step. kind is "shrink", "grow" or "" when nothing moved.
+// approach moves cur toward target: down at once, up by at most step, and not at all by less
+// than deadband either way. kind is "shrink", "grow" or "" when nothing moved.
 func approach(cur, target, step, deadband int64) (next int64, kind string) {
 	switch {
-	case target < cur && cur-target < deadband:
+	case target < cur && cur-target < deadband, target > cur && target-cur < deadband:
 		// Noise, not a change of demand: keep the plan (and the action log) still.
 		return cur, ""
 	case target < cur:
@@ -218,9 +273,86 @@ func approach(cur, target, step, deadband int64) (next int64, kind string) {
 }
 
 // cpuTarget is what a node can lend given an online demand: its pool less the demand with
-// margins, never under the minimum.
+// margins (the usage ceiling), no more than the interference feedback allows, never under
+// the minimum.
 func (a *Advisor) cpuTarget(node int, demand int64) int64 {
+	return max(min(a.usageCeiling(node, demand), a.controller(node).CapMilliCPU), a.minCPU(node))
+}
+
+// usageCeiling is the pool less the predicted online demand: interference feedback never
+// lends more than this, whatever the indicators say.
+func (a *Advisor) usageCeiling(node int, demand int64) int64 {
 	return min(max(a.pool[node]-a.predict(demand), a.minCPU(node)), a.pool[node])
+}
+
+// controller is node's feedback state; a node starts uncapped (lending still starts at the
+// minimum and grows a step at a time).
+func (a *Advisor) controller(node int) *Controller {
+	c, ok := a.ctl[node]
+	if !ok {
+		c = &Controller{CapMilliCPU: a.pool[node]}
+		a.ctl[node] = c
+	}
+	return c
+}
+
+// Controllers returns a copy of each NUMA node's feedback state.
+func (a *Advisor) Controllers() map[int]Controller {
+	out := make(map[int]Controller, len(a.ctl))
+	for n, c := range a.ctl {
+		out[n] = *c
+	}
+	return out
+}
+
+// Peak is the online usage peak of node over the window.
+func (a *Advisor) Peak(node int) int64 { return peakOf(a.cpu[node]) }
+
+// Ceiling says what bounds a node's lending now, for status: its usage ceiling (with the
+// predicted online demand behind it) and the interference cap.
+func (a *Advisor) Ceiling(node int) (usage, demand, interferenceCap int64) {
+	demand = a.predict(peakOf(a.cpu[node]))
+	return a.usageCeiling(node, peakOf(a.cpu[node])), demand, a.controller(node).CapMilliCPU
+}
+
+// Interfere is the feedback step for one NUMA node with its online work's indicators. When
+// one crosses its target the node's lending is cut at once to Cut times what it lends (not
+// under the minimum) and may not grow for Hold; while every indicator is under Slack times
+// its target (or there is none) the cap grows by one step toward the pool. It returns the
+// cut, or nil when lending did not shrink.
+func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Change {
+	c := a.controller(node)
+	pool := a.pool[node]
+	c.At, c.Worst = now, Indicator{}
+	for _, ind := range indicators {
+		if ind.load() > c.Worst.load() || c.Worst.Name == "" {
+			c.Worst = ind
+		}
+	}
+	worst := c.Worst.load()
+	switch {
+	case worst > 1:
+		c.State = "cut"
+		cur, ok := a.plan.ReclaimedMilliCPU[node]
+		if !ok {
+			return nil
+		}
+		next := max(int64(float64(cur)*a.cfg.Control.Cut), a.minCPU(node))
+		c.CapMilliCPU, c.HeldUntil = next, now.Add(a.cfg.Control.Hold)
+		if next >= cur {
+			return nil
+		}
+		a.plan.ReclaimedMilliCPU[node] = next
+		reason := fmt.Sprintf("numa %d: %s > target: reclaimed CPU %dm -> %dm (x%.2f, no growth for %s)", node, c.Worst, cur, next, a.cfg.Control.Cut, a.cfg.Control.Hold)
+		c.LastCut, c.LastCutAt = reason, now
+		return &Change{"shrink", reason}
+	case now.Before(c.HeldUntil) || worst >= a.cfg.Control.Slack:
+		c.State = "hold"
+	default:
+		c.State = "grow"
+		c.CapMilliCPU = min(c.CapMilliCPU+a.cfg.GrowStepMilliCPU, pool)
+	}
+	return nil
 }
 
 // predict adds the safety margins to an observed online demand.

@@ -1,6 +1,7 @@
 package advisor
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -10,6 +11,7 @@ func testConfig() Config {
 		MinReclaimedMilliCPU: 100, SafetyMarginMilliCPU: 200, SafetyMarginRatio: 0.1,
 		GrowStepMilliCPU: 250, PeakWindow: 5 * time.Second, SpikeThreshold: 0.8,
 		ReservedSystemBytes: 1 << 30, MinReclaimedBytes: 256 << 20, SafetyMarginBytes: 512 << 20, GrowStepBytes: 1 << 30,
+		Control: Control{Slack: 0.5, Cut: 0.5, Hold: 10 * time.Second},
 	}
 }
 
@@ -188,5 +190,76 @@ func TestSmallShrinksAreNoise(t *testing.T) {
 	}
 	if after := a.Plan(); after.ReclaimedMilliCPU[0] != before.ReclaimedMilliCPU[0] || after.ReclaimedMemory != before.ReclaimedMemory {
 		t.Errorf("plan moved: %+v -> %+v", before, after)
+	}
+}
+
+// The interference feedback: a crossing cuts lending at once by Cut and holds it for Hold;
+// growth resumes only with slack on every indicator, and the usage ceiling still bounds it.
+func TestInterferenceCutsHoldsAndGrowsOnSlack(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 12; i++ {
+		a.Step(sample(t0, i, 1000))
+	}
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 2700 {
+		t.Fatalf("lends %dm with no interference, want the usage ceiling 2700m", got)
+	}
+	wait := func(v float64) []Indicator {
+		return []Indicator{{Name: "run-queue wait", Workload: "web", Value: v, Target: 0.1}, {Name: "throttled", Workload: "web", Value: 0, Target: 0}}
+	}
+	now := t0.Add(12 * time.Second)
+	c := a.Interfere(now, 0, wait(0.25))
+	if c == nil || c.Kind != "shrink" || a.Plan().ReclaimedMilliCPU[0] != 1350 {
+		t.Fatalf("a crossing: change %+v, lends %dm, want a cut to 1350m", c, a.Plan().ReclaimedMilliCPU[0])
+	}
+	if !strings.Contains(c.Reason, "run-queue wait of web 0.250 (target 0.100)") {
+		t.Errorf("the cut does not name its indicator: %s", c.Reason)
+	}
+	// A second crossing cuts again, never under the minimum.
+	for i := 0; i < 6; i++ {
+		a.Interfere(now, 0, wait(0.5))
+	}
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 100 {
+		t.Fatalf("repeated crossings: lends %dm, want the minimum 100m", got)
+	}
+	// Slack during the hold: no growth, and the slow loop does not grow past the cap.
+	for i := 1; i <= 9; i++ {
+		at := now.Add(time.Duration(i) * time.Second)
+		a.Interfere(at, 0, wait(0.01))
+		a.Step(sample(t0, 12+i, 1000))
+	}
+	if got, st := a.Plan().ReclaimedMilliCPU[0], a.Controllers()[0].State; got != 100 || st != "hold" {
+		t.Fatalf("within the hold: lends %dm (state %s), want 100m held", got, st)
+	}
+	// After the hold, slack grows the cap a step per reading, and the plan follows a step per
+	// slow pass up to the usage ceiling.
+	at := now.Add(11 * time.Second)
+	for i := 0; i < 20; i++ {
+		a.Interfere(at, 0, wait(0.01))
+		a.Step(sample(t0, 23+i, 1000))
+	}
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 2700 {
+		t.Fatalf("after the hold with slack: lends %dm, want back at the usage ceiling 2700m", got)
+	}
+	// Between slack and target: hold, no growth of the cap.
+	capBefore := a.Controllers()[0].CapMilliCPU
+	a.Interfere(at.Add(time.Second), 0, wait(0.07))
+	if ctl := a.Controllers()[0]; ctl.State != "hold" || ctl.CapMilliCPU != capBefore {
+		t.Errorf("no slack, under target: %+v", ctl)
+	}
+	if usage, _, _ := a.Ceiling(0); usage != 2700 {
+		t.Errorf("usage ceiling %dm, want 2700m", usage)
+	}
+}
+
+// Tiny moves are not changes: no action says "2.5GiB -> 2.5GiB".
+func TestNoChangeBelowTheDeadband(t *testing.T) {
+	for _, c := range []struct{ cur, target int64 }{{1000, 1020}, {1000, 980}, {1000, 1000}} {
+		if next, kind := approach(c.cur, c.target, 250, 50); next != c.cur || kind != "" {
+			t.Errorf("approach(%d, %d) = %d %q, want no change", c.cur, c.target, next, kind)
+		}
+	}
+	if next, kind := approach(1000, 1100, 250, 50); next != 1100 || kind != "grow" {
+		t.Errorf("approach(1000, 1100) = %d %q", next, kind)
 	}
 }

@@ -49,35 +49,7 @@ func (l *Layout) MemoryUsage(rel string) (int64, error) {
 
 // Procs lists the processes in cgroup rel (and its descendants when recursive).
 func (l *Layout) Procs(rel string, recursive bool) ([]int, error) {
-	root := l.Dir("cpu", rel)
-	var pids []int
-	readOne := func(dir string) error {
-		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		if err != nil {
-			return err
-		}
-		for _, f := range bytes.Fields(data) {
-			pid, err := strconv.Atoi(string(f))
-			if err != nil {
-				return fmt.Errorf("%s: %w", filepath.Join(dir, "cgroup.procs"), err)
-			}
-			pids = append(pids, pid)
-		}
-		return nil
-	}
-	if !recursive {
-		return pids, readOne(root)
-	}
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return readOne(p)
-		}
-		return nil
-	})
-	return pids, err
+	return l.ids(rel, "cgroup.procs", recursive)
 }
 
 // Children lists the names of the child cgroups of rel.

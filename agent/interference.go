@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/agent/state"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/reporter"
+	"github.com/tidalqos/tidal/sysadvisor/advisor"
+	"github.com/tidalqos/tidal/sysadvisor/interference"
+)
+
+// Indicator names, as status, actions and metrics show them.
+const (
+	indicatorRunQueueWait = "run-queue wait"
+	indicatorThrottled    = "throttled"
+)
+
+// interferenceLoop reads online work's interference indicators every interference.interval
+// and steps the feedback on each NUMA node. A crossing writes the reclaimed limits at once,
+// without waiting for the slow loop.
+func (a *Agent) interferenceLoop(ctx context.Context) {
+	meter := interference.NewMeter(a.procDir, a.layout)
+	t := time.NewTicker(a.cfg.Interference.Interval)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			a.interfere(meter, now.Sub(last))
+			last = now
+		}
+	}
+}
+
+// onlineWorkload is one online workload the meter reads, with what judging it needs.
+type onlineWorkload struct {
+	tier    qos.Tier
+	nodes   []int
+	targets config.Targets
+}
+
+// interfere reads the indicators (no lock held), hands each NUMA node's to the advisor and,
+// if one was cut, writes the reclaimed limits.
+func (a *Agent) interfere(meter *interference.Meter, interval time.Duration) {
+	snap := a.store.Snapshot()
+	a.mu.Lock()
+	pools := a.pools
+	a.mu.Unlock()
+	groups, online := a.onlineGroups(snap, pools)
+	readings := meter.Read(groups)
+	now := time.Now()
+
+	perNode := map[int][]advisor.Indicator{}
+	shown := map[int][]reporter.Indicator{}
+	minRun := time.Duration(a.cfg.Interference.MinRunMilliCPU) * interval / 1000
+	for _, r := range readings {
+		w := online[r.Name]
+		if r.Err != nil || r.Run < max(minRun, 1) {
+			continue // gone, or too little CPU for a ratio to mean anything
+		}
+		run := state.Milli(r.Run, interval)
+		for _, ind := range []advisor.Indicator{
+			{Name: indicatorRunQueueWait, Workload: r.Name, Value: r.WaitRatio(), Target: w.targets.RunQueueWait},
+			{Name: indicatorThrottled, Workload: r.Name, Value: r.ThrottledRatio(), Target: w.targets.Throttled},
+		} {
+			for _, n := range w.nodes {
+				shown[n] = append(shown[n], reporter.Indicator{Workload: r.Name, Tier: string(w.tier), Name: ind.Name, Value: ind.Value, Target: ind.Target, RunMilliCPU: run})
+				if ind.Target > 0 {
+					perNode[n] = append(perNode[n], ind)
+				}
+			}
+		}
+	}
+	for _, list := range shown {
+		sort.SliceStable(list, func(i, j int) bool { return load(list[i]) > load(list[j]) })
+	}
+
+	a.mu.Lock()
+	cut := false
+	for _, np := range pools {
+		if c := a.advisor.Interfere(now, np.Node, perNode[np.Node]); c != nil {
+			a.actionLocked("throttle", "interference", c.Reason)
+			cut = true
+		}
+	}
+	a.indicators = shown
+	if cut {
+		a.planGeneration++
+	}
+	a.mu.Unlock()
+	if cut {
+		a.writeReclaimedLimits()
+	}
+}
+
+// load is an indicator as a fraction of its target; unused ones sort last.
+func load(i reporter.Indicator) float64 {
+	if i.Target <= 0 {
+		return -1
+	}
+	return i.Value / i.Target
+}
+
+// onlineGroups are the online workloads (shared and dedicated tiers) to measure, keyed by
+// name with their tier's targets and the NUMA nodes they run on: a dedicated workload's
+// cores', the shared pool's for the others.
+func (a *Agent) onlineGroups(snap state.Snapshot, pools plugins.Pools) ([]interference.Group, map[string]onlineWorkload) {
+	var groups []interference.Group
+	online := map[string]onlineWorkload{}
+	var sharedNodes []int
+	for _, np := range pools {
+		if !np.Shared.IsEmpty() {
+			sharedNodes = append(sharedNodes, np.Node)
+		}
+	}
+	for _, r := range snap.Workloads {
+		w := onlineWorkload{tier: r.Tier, nodes: sharedNodes}
+		switch r.Tier {
+		case qos.Shared:
+			w.targets = a.cfg.Interference.Shared
+		case qos.Dedicated:
+			w.targets = a.cfg.Interference.Dedicated
+			w.nodes = nil
+			for _, np := range pools {
+				if !np.Dedicated.Intersection(r.DedicatedCPUs).IsEmpty() {
+					w.nodes = append(w.nodes, np.Node)
+				}
+			}
+		default:
+			continue
+		}
+		groups = append(groups, interference.Group{Name: r.Name, Cgroup: r.Cgroup, Recursive: r.Owner.Foreign()})
+		online[r.Name] = w
+	}
+	return groups, online
+}
+
+// controlStatusLocked is how node's lending was sized, for status and the Node report.
+func (a *Agent) controlStatusLocked(node int, lent int64) reporter.Control {
+	usage, predicted, capv := a.advisor.Ceiling(node)
+	ctl := a.advisor.Controllers()[node]
+	c := reporter.Control{
+		Mechanism: string(a.mechanism()), UsageCeilingMilliCPU: usage, PredictedOnlineMilliCPU: predicted,
+		Formula: fmt.Sprintf("pool %dm - (online peak %dm over %s x %.2f + %dm)", a.poolMilliLocked(node), a.advisor.Peak(node),
+			a.cfg.CPU.PeakWindow, 1+a.cfg.CPU.SafetyMarginRatio, a.cfg.CPU.SafetyMarginMilliCPU),
+		InterferenceCapMilliCPU: capv, State: ctl.State, HeldUntil: ctl.HeldUntil,
+		LastCut: ctl.LastCut, LastCutAt: ctl.LastCutAt, Indicators: []reporter.Indicator{},
+	}
+	planned := a.advisor.Plan().ReclaimedMilliCPU[node]
+	switch {
+	case lent < planned:
+		c.Bound = "lease"
+	case lent <= a.cfg.CPU.MinReclaimedMilliCPU || planned <= a.cfg.CPU.MinReclaimedMilliCPU:
+		c.Bound = "minimum"
+	case capv < usage:
+		c.Bound = "interference cap"
+	default:
+		c.Bound = "usage ceiling"
+	}
+	c.Indicators = append(c.Indicators, a.indicators[node]...)
+	return c
+}
+
+// poolMilliLocked is the size of node's shared pool in millicores.
+func (a *Agent) poolMilliLocked(node int) int64 {
+	for _, np := range a.pools {
+		if np.Node == node {
+			return int64(np.Shared.Size()) * 1000
+		}
+	}
+	return 0
+}
+
+// mechanism is how reclaimed work is held to what is lent (cpu.mechanism).
+func (a *Agent) mechanism() plugins.CPUMechanism { return plugins.CPUMechanism(a.cfg.CPU.Mechanism) }

@@ -1,0 +1,158 @@
+// Package interference measures whether online work is being hurt by the work beside it, the
+// same way on cgroup v1 and v2: how long its threads wait in the CPU run queue for each unit
+// of CPU they run (/proc/<tid>/schedstat), and how often its own CFS quota throttles it
+// (cpu.stat). CPU usage alone cannot tell these apart from demand: a server whose requests
+// wait behind offline work uses no more CPU, it only answers later.
+package interference
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+)
+
+// Group is one online workload to measure.
+type Group struct {
+	Name   string
+	Cgroup string
+	// Recursive counts the threads of child cgroups too (a pod's are in its containers').
+	Recursive bool
+}
+
+// Reading is what a group's threads did between two Reads. Threads that started or ended in
+// between are left out of both figures, so the ratio stays true while they come and go.
+type Reading struct {
+	Group
+	// Run is the CPU time its threads ran, Wait the time they were runnable but waited for a
+	// CPU.
+	Run, Wait time.Duration
+	// Periods and Throttled are its CFS bandwidth periods and those in which its quota ran
+	// out (both 0 without a quota).
+	Periods, Throttled int64
+	// Err is set when the group could not be read (its cgroup just went away).
+	Err error
+}
+
+// WaitRatio is run-queue wait per unit of CPU run: 0.1 means the threads waited 1 ms for
+// every 10 ms they ran.
+func (r Reading) WaitRatio() float64 {
+	if r.Run <= 0 {
+		return 0
+	}
+	return float64(r.Wait) / float64(r.Run)
+}
+
+// ThrottledRatio is the fraction of CFS periods in which the group was throttled.
+func (r Reading) ThrottledRatio() float64 {
+	if r.Periods <= 0 {
+		return 0
+	}
+	return float64(r.Throttled) / float64(r.Periods)
+}
+
+// taskTimes are one thread's cumulative schedstat figures.
+type taskTimes struct {
+	run, wait time.Duration
+	round     uint64
+}
+
+// Meter keeps the last figures of every thread and cgroup it read, to turn them into
+// deltas. It is not safe for concurrent use; one loop owns it.
+type Meter struct {
+	procDir  string
+	layout   *cgroupfs.Layout
+	tasks    map[int]taskTimes
+	throttle map[string]cgroupfs.Throttling
+	round    uint64
+	buf      []byte
+}
+
+// NewMeter reads threads under procDir ("/proc") and cgroups through layout.
+func NewMeter(procDir string, layout *cgroupfs.Layout) *Meter {
+	return &Meter{procDir: procDir, layout: layout, tasks: map[int]taskTimes{},
+		throttle: map[string]cgroupfs.Throttling{}, buf: make([]byte, 128)}
+}
+
+// Read measures each group since the previous Read. A group read for the first time (and
+// each thread seen for the first time) only sets its baseline: its first Reading is zero.
+func (m *Meter) Read(groups []Group) []Reading {
+	m.round++
+	out := make([]Reading, 0, len(groups))
+	seenCgroup := make(map[string]bool, len(groups))
+	for _, g := range groups {
+		r := Reading{Group: g}
+		tids, err := m.layout.Threads(g.Cgroup, g.Recursive)
+		if err != nil {
+			r.Err = err
+			out = append(out, r)
+			continue
+		}
+		for _, tid := range tids {
+			run, wait, err := m.schedstat(tid)
+			if err != nil {
+				continue // the thread ended since the list was read
+			}
+			prev, known := m.tasks[tid]
+			m.tasks[tid] = taskTimes{run: run, wait: wait, round: m.round}
+			if known && prev.round == m.round-1 && run >= prev.run && wait >= prev.wait {
+				r.Run += run - prev.run
+				r.Wait += wait - prev.wait
+			}
+		}
+		if t, err := m.layout.Throttling(g.Cgroup); err == nil {
+			if prev, ok := m.throttle[g.Cgroup]; ok && t.Periods >= prev.Periods && t.Throttled >= prev.Throttled {
+				r.Periods, r.Throttled = t.Periods-prev.Periods, t.Throttled-prev.Throttled
+			}
+			m.throttle[g.Cgroup] = t
+			seenCgroup[g.Cgroup] = true
+		}
+		out = append(out, r)
+	}
+	for tid, t := range m.tasks {
+		if t.round != m.round {
+			delete(m.tasks, tid)
+		}
+	}
+	for cg := range m.throttle {
+		if !seenCgroup[cg] {
+			delete(m.throttle, cg)
+		}
+	}
+	return out
+}
+
+// schedstat reads /proc/<tid>/schedstat: "<run ns> <wait ns> <timeslices>".
+func (m *Meter) schedstat(tid int) (run, wait time.Duration, err error) {
+	path := filepath.Join(m.procDir, strconv.Itoa(tid), "schedstat")
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := f.Read(m.buf)
+	f.Close()
+	if err != nil && n == 0 {
+		return 0, 0, err
+	}
+	return parseSchedstat(m.buf[:n])
+}
+
+var errSchedstat = errors.New("malformed schedstat")
+
+func parseSchedstat(data []byte) (run, wait time.Duration, err error) {
+	f := bytes.Fields(data)
+	if len(f) < 2 {
+		return 0, 0, fmt.Errorf("%w: %q", errSchedstat, data)
+	}
+	r, err1 := strconv.ParseInt(string(f[0]), 10, 64)
+	w, err2 := strconv.ParseInt(string(f[1]), 10, 64)
+	if err1 != nil || err2 != nil || r < 0 || w < 0 {
+		return 0, 0, fmt.Errorf("%w: %q", errSchedstat, data)
+	}
+	return time.Duration(r), time.Duration(w), nil
+}

@@ -1,0 +1,108 @@
+package interference
+
+import (
+	"log/slog"
+	"os/exec"
+	"path"
+	"testing"
+	"time"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/tidalqos/tidal/isolation"
+	"github.com/tidalqos/tidal/isolation/isolationtest"
+	"github.com/tidalqos/tidal/plugins"
+)
+
+func TestParseSchedstat(t *testing.T) {
+	run, wait, err := parseSchedstat([]byte("171255 1247780 2\n"))
+	if err != nil || run != 171255 || wait != 1247780 {
+		t.Errorf("parse = %v %v %v", run, wait, err)
+	}
+	for _, bad := range []string{"", "12", "a b c", "-1 5 1"} {
+		if _, _, err := parseSchedstat([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func TestRatios(t *testing.T) {
+	r := Reading{Run: 10 * time.Millisecond, Wait: time.Millisecond, Periods: 50, Throttled: 5}
+	if r.WaitRatio() != 0.1 || r.ThrottledRatio() != 0.1 {
+		t.Errorf("ratios %v %v", r.WaitRatio(), r.ThrottledRatio())
+	}
+	if (Reading{}).WaitRatio() != 0 || (Reading{}).ThrottledRatio() != 0 {
+		t.Error("an idle reading has a ratio")
+	}
+}
+
+// Two busy loops sharing one CPU each wait about as long as they run; one alone on its CPU
+// barely waits; a quota of a quarter CPU throttles it in most periods.
+func TestMeterSeesRunQueueWaitAndThrottling(t *testing.T) {
+	layout := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, layout)
+	w, err := isolation.NewWriter(layout, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, alone, capped := path.Join(root, "shared"), path.Join(root, "alone"), path.Join(root, "capped")
+	one := func(cpu int) plugins.Settings { return plugins.Settings{CPUs: cpuset.New(cpu), Mems: cpuset.New(0)} }
+	cappedSettings := one(1)
+	cappedSettings.CPUQuota = 250
+	if err := w.Apply([]plugins.Cgroup{{Path: root, Settings: plugins.Settings{CPUs: cpuset.New(0, 1), Mems: cpuset.New(0)}},
+		{Path: shared, Settings: one(0)}, {Path: alone, Settings: one(1)}, {Path: capped, Settings: cappedSettings}}); err != nil {
+		t.Fatal(err)
+	}
+	var running []*exec.Cmd
+	spin := func(cg string) {
+		cmd := exec.Command("sh", "-c", "read go; while :; do :; done")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		running = append(running, cmd)
+		if err := w.Attach(cg, cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = stdin.Write([]byte("go\n"))
+	}
+	spin(shared)
+	spin(shared)
+	spin(alone)
+	m := NewMeter("/proc", layout)
+	groups := []Group{{Name: "shared", Cgroup: shared}, {Name: "alone", Cgroup: alone}}
+	if got := m.Read(groups); got[0].Run != 0 || got[1].Run != 0 {
+		t.Errorf("a first reading counted threads seen for the first time: %+v", got)
+	}
+	time.Sleep(500 * time.Millisecond)
+	got := m.Read(groups)
+	// The machine is shared: other processes add to both waits alike, so compare the two.
+	sharedR, aloneR := got[0], got[1]
+	if sharedR.Err != nil || aloneR.Err != nil || sharedR.Run < 100*time.Millisecond || aloneR.Run < 100*time.Millisecond {
+		t.Fatalf("readings %+v", got)
+	}
+	if sharedR.WaitRatio() < 0.7 || sharedR.WaitRatio()-aloneR.WaitRatio() < 0.5 {
+		t.Errorf("two loops on one CPU wait %.2f per unit run, one loop alone on its CPU %.2f: want about 1 more", sharedR.WaitRatio(), aloneR.WaitRatio())
+	}
+	t.Logf("wait per unit of CPU run: two loops on one CPU %.2f, one alone %.2f", sharedR.WaitRatio(), aloneR.WaitRatio())
+
+	// Throttling: the capped group's own quota, a quarter of a CPU, on a CPU of its own.
+	for _, cmd := range running {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	spin(capped)
+	groups = []Group{{Name: "capped", Cgroup: capped}}
+	m.Read(groups)
+	time.Sleep(time.Second)
+	if r := m.Read(groups)[0]; r.Periods < 3 || r.ThrottledRatio() < 0.5 {
+		t.Errorf("a quarter-CPU quota on a busy loop: %d of %d periods throttled", r.Throttled, r.Periods)
+	}
+	if r := m.Read([]Group{{Name: "gone", Cgroup: path.Join(root, "missing")}})[0]; r.Err == nil {
+		t.Error("a missing cgroup read without error")
+	}
+}
