@@ -59,6 +59,7 @@ lint:
 # over three rounds, then the agent's overhead with 200 workloads. Writes results.md,
 # results.json and a plot per scenario into bench-results/ (docs/benchmark.md).
 bench:
+	./scripts/bench-tools.sh
 	$(GO) run ./tests/colocation -out bench-results
 
 clean:

@@ -32,6 +32,7 @@ func runWorkload(ctx context.Context, args []string) error {
 		url := fs.String("url", "http://127.0.0.1:8080/work", "URL to load")
 		phases := fs.String("phases", "low:20s@150,spike:20s@600,low:20s@150", "name:duration@rps[-endrps],...")
 		conns := fs.Int("connections", 0, "persistent connections (0: from the peak rate)")
+		gzip := fs.Bool("gzip", false, "ask for gzip-compressed responses (Accept-Encoding: gzip)")
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
@@ -39,7 +40,7 @@ func runWorkload(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		_, err = workload.RunLoadGen(ctx, workload.LoadGenConfig{URL: *url, Phases: ph, Connections: *conns, Report: *report}, os.Stdout)
+		_, err = workload.RunLoadGen(ctx, workload.LoadGenConfig{URL: *url, Gzip: *gzip, Phases: ph, Connections: *conns, Report: *report}, os.Stdout)
 		return err
 	case "burner":
 		threads := fs.Int("threads", 2, "spinning threads")

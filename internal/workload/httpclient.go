@@ -38,7 +38,7 @@ type target struct {
 	request  []byte
 }
 
-func parseTarget(raw string) (*target, error) {
+func parseTarget(raw string, gzip bool) (*target, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: bad URL %q: %v", raw, err)
@@ -54,8 +54,12 @@ func parseTarget(raw string) (*target, error) {
 		hp = net.JoinHostPort(u.Hostname(), "80")
 	}
 	path := u.RequestURI()
+	accept := ""
+	if gzip {
+		accept = "Accept-Encoding: gzip\r\n"
+	}
 	req := "GET " + path + " HTTP/1.1\r\nHost: " + u.Host +
-		"\r\nUser-Agent: tidal-loadgen\r\nAccept: */*\r\n\r\n"
+		"\r\nUser-Agent: tidal-loadgen\r\nAccept: */*\r\n" + accept + "\r\n"
 	return &target{hostport: hp, request: []byte(req)}, nil
 }
 

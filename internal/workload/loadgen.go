@@ -17,6 +17,9 @@ import (
 type LoadGenConfig struct {
 	// URL to GET, http:// only (e.g. "http://127.0.0.1:8080/work?cpu=1.5ms").
 	URL string
+	// Gzip asks for compressed responses (Accept-Encoding: gzip), as browsers do: a real web
+	// server then compresses each response, which is its CPU work per request.
+	Gzip bool
 	// Phases is the schedule (see ParsePhases); at least one.
 	Phases []Phase
 	// Connections is the number of persistent connections, each served by
@@ -224,7 +227,7 @@ func RunLoadGen(ctx context.Context, cfg LoadGenConfig, out io.Writer) (Summary,
 		}
 		peak = max(peak, p.RPS, p.EndRPS)
 	}
-	tgt, err := parseTarget(cfg.URL)
+	tgt, err := parseTarget(cfg.URL, cfg.Gzip)
 	if err != nil {
 		return Summary{}, err
 	}

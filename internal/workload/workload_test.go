@@ -379,7 +379,7 @@ func TestClientNoAllocs(t *testing.T) {
 			}
 		}
 	}()
-	tgt, err := parseTarget("http://" + ln.Addr().String() + "/work?cpu=0")
+	tgt, err := parseTarget("http://"+ln.Addr().String()+"/work?cpu=0", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ type agentProc struct {
 
 // startAgent starts an agent whose cgroup tree is cgroupRoot, moves the agent process into
 // cgroup self, and waits until it answers on its socket.
-func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self string) (*agentProc, error) {
+func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self, scenarioConfig string) (*agentProc, error) {
 	dir := filepath.Join(b.tmp, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -40,6 +40,7 @@ func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self string) (
 		}
 		yaml += string(extra)
 	}
+	yaml += scenarioConfig
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}

@@ -118,20 +118,23 @@ func tidalBinary(prebuilt, dir string, log io.Writer) (string, error) {
 // fails is recorded with its error and the benchmark goes on; Ctrl-C stops it.
 func (b *bench) runRounds(ctx context.Context) ([]runResult, error) {
 	var runs []runResult
-	total := b.opts.rounds * len(b.opts.scenarios)
+	total := b.opts.rounds * len(b.opts.servers) * len(b.opts.scenarios)
 	per := b.opts.warmup + b.opts.day + 5*time.Second
 	fmt.Fprintf(b.log, "%d runs of about %s each: about %s in all\n", total, per.Round(time.Second), (time.Duration(total) * per).Round(time.Minute))
 	for round := 1; round <= b.opts.rounds; round++ {
-		for _, name := range b.opts.scenarios {
-			sc, _ := scenarioByName(name)
-			fmt.Fprintf(b.log, "[%d/%d] round %d, %-13s ", len(runs)+1, total, round, sc.Name)
-			r := b.runScenario(ctx, sc, round)
-			if ctx.Err() != nil {
-				fmt.Fprintln(b.log, "interrupted")
-				return runs, errors.New("interrupted")
+		for _, srv := range b.opts.servers {
+			server, _ := serverByName(srv)
+			for _, name := range b.opts.scenarios {
+				sc, _ := scenarioByName(name)
+				fmt.Fprintf(b.log, "[%d/%d] round %d, %-5s %-13s ", len(runs)+1, total, round, server.Name, sc.Name)
+				r := b.runScenario(ctx, server, sc, round)
+				if ctx.Err() != nil {
+					fmt.Fprintln(b.log, "interrupted")
+					return runs, errors.New("interrupted")
+				}
+				fmt.Fprintln(b.log, r.oneLine())
+				runs = append(runs, r)
 			}
-			fmt.Fprintln(b.log, r.oneLine())
-			runs = append(runs, r)
 		}
 	}
 	return runs, nil

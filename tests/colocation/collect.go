@@ -12,6 +12,7 @@ import (
 
 // runResult is what one run of one scenario measured.
 type runResult struct {
+	Server   string `json:"server"`
 	Scenario string `json:"scenario"`
 	Round    int    `json:"round"`
 	Error    string `json:"error,omitempty"`

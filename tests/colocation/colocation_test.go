@@ -122,7 +122,7 @@ func TestSLOIsTwiceTheRoundsAloneP99AndMissingAnswersBreakIt(t *testing.T) {
 
 func TestSummaryTakesRatiosWithinEachRound(t *testing.T) {
 	o := options{sloFactor: 2, scenarios: []string{"online-alone", "offline-alone", "naive"}}
-	ss := summarize(fakeRuns(), o)
+	ss := summarize(fakeRuns(), "go", o)
 	naive, _ := summaryOf(ss, "naive")
 	// p99 ratios 40/10 and 40/20; burner 500/1000 and 1500/2000.
 	if naive.P99Ratio != (stat{Median: 3, Min: 2, Max: 4, N: 2}) {

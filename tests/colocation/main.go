@@ -55,7 +55,9 @@ type options struct {
 	slo       time.Duration
 	sloFactor float64
 	scenarios []string
-	tidalBin  string
+	// servers are the online services, each driven through every scenario each round.
+	servers  []string
+	tidalBin string
 	// agentConfig is extra agent YAML for a what-if run (the published results use none).
 	agentConfig string
 	// Agent overhead: only that (overheadOnly), or also after the scenarios (duration > 0).
@@ -83,6 +85,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.slo, "slo", 0, "SLO on the 1-second online p99 (0: -slo-factor times the round's online-alone p99)")
 	fs.Float64Var(&o.sloFactor, "slo-factor", 2, "SLO as a multiple of the same round's online-alone p99")
 	scen := fs.String("scenarios", strings.Join(scenarioNames(), ","), "scenarios to run, in this order each round")
+	srv := fs.String("servers", strings.Join(serverNames(), ","), "online services, each through every scenario each round: "+strings.Join(serverNames(), ", "))
 	fs.StringVar(&o.tidalBin, "tidal", "", "a prebuilt tidal binary (default: build ./cmd/tidal)")
 	fs.StringVar(&o.agentConfig, "agent-config", "", "extra agent settings (a YAML file, e.g. cpu.peakWindow) for a what-if run; "+
 		"not cgroup, stateDir, socketPath or metricsAddress, which the benchmark sets")
@@ -111,6 +114,7 @@ func parseFlags(args []string) (options, error) {
 		}
 	}
 	o.scenarios = strings.Split(*scen, ",")
+	o.servers = strings.Split(*srv, ",")
 	o.command = "go run ./tests/colocation " + strings.Join(args, " ")
 	return o, o.validate(fs.NArg())
 }
@@ -139,6 +143,11 @@ func (o options) validate(extra int) error {
 		return fmt.Errorf("-overhead-workloads %d: want at least 1", o.overheadWorkloads)
 	case o.overheadOnly && o.overheadDuration <= 0:
 		return errors.New("-overhead needs -overhead-duration > 0")
+	}
+	for _, s := range o.servers {
+		if _, ok := serverByName(s); !ok {
+			return fmt.Errorf("-servers: unknown server %q (want some of %s)", s, strings.Join(serverNames(), ", "))
+		}
 	}
 	for _, s := range o.scenarios {
 		if _, ok := scenarioByName(s); !ok {
@@ -185,7 +194,9 @@ func run(ctx context.Context, opts options) (err error) {
 		if res.Runs, err = b.runRounds(ctx); err != nil {
 			return err
 		}
-		res.Scenarios = summarize(res.Runs, opts)
+		for _, srv := range opts.servers {
+			res.Scenarios = append(res.Scenarios, summarize(runsOf(res.Runs, srv), srv, opts)...)
+		}
 	}
 	if opts.overheadOnly || opts.overheadDuration > 0 {
 		o, err := b.measureOverhead(ctx)

@@ -49,7 +49,7 @@ func (b *bench) measureOverhead(ctx context.Context) (res overheadResult, err er
 		}
 		err = errors.Join(err, removeTree(b.layout, rel))
 	}()
-	if a, err = b.startAgent(ctx, "overhead-agent", path.Join(rel, "tidal"), path.Join(rel, "agent")); err != nil {
+	if a, err = b.startAgent(ctx, "overhead-agent", path.Join(rel, "tidal"), path.Join(rel, "agent"), ""); err != nil {
 		return res, err
 	}
 	for i := 0; i < o.overheadWorkloads; i++ {

@@ -53,11 +53,17 @@ func writeResults(dir string, res results) error {
 // the scenario table, the agent's figures, the machine and the plots.
 func writeMarkdown(w io.Writer, res results, plots []string) {
 	fmt.Fprintf(w, "# tidal colocation benchmark\n\n")
-	if len(res.Scenarios) > 0 {
-		writeCalibration(w, res)
-		writeTargets(w, res)
-		writeScenarioTable(w, res)
-		writeTidal(w, res)
+	for _, srv := range res.Options.Servers {
+		sub := res.forServer(srv)
+		if len(sub.Scenarios) == 0 {
+			continue
+		}
+		server, _ := serverByName(srv)
+		fmt.Fprintf(w, "# Online service: %s\n\n%s. Every figure in this part is of this service's runs.\n\n", srv, server.About)
+		writeCalibration(w, sub)
+		writeTargets(w, sub)
+		writeScenarioTable(w, sub)
+		writeTidal(w, sub)
 	}
 	writeOverhead(w, res.Overhead)
 	writeMachine(w, res)
@@ -331,11 +337,14 @@ func writePlots(dir string, res results) ([]string, error) {
 	sc := commonScales(res)
 	var names []string
 	for _, s := range res.Scenarios {
-		r, ok := representative(res.Runs, s.Name)
+		r, ok := representative(runsOf(res.Runs, s.Server), s.Name)
 		if !ok {
 			continue
 		}
 		name := s.Name + ".png"
+		if s.Server != "" {
+			name = s.Server + "-" + name
+		}
 		if err := runChart(r, res, sc).writePNG(filepath.Join(dir, name)); err != nil {
 			return nil, err
 		}

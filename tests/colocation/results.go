@@ -22,6 +22,7 @@ type optionsDoc struct {
 	Command           string   `json:"command"`
 	Rounds            int      `json:"rounds"`
 	Scenarios         []string `json:"scenarios"`
+	Servers           []string `json:"servers"`
 	Day               string   `json:"day"`
 	DaySeconds        float64  `json:"daySeconds"`
 	Warmup            string   `json:"warmup"`
@@ -40,7 +41,7 @@ func describeOptions(o options) optionsDoc {
 	if o.slo > 0 {
 		slo = o.slo.String()
 	}
-	d := optionsDoc{Command: o.command, Rounds: o.rounds, Scenarios: o.scenarios,
+	d := optionsDoc{Command: o.command, Rounds: o.rounds, Scenarios: o.scenarios, Servers: o.servers,
 		Day: o.day.String(), DaySeconds: o.day.Seconds(), Warmup: o.warmup.String(), WarmupSeconds: o.warmup.Seconds(),
 		Phases: phaseSpec(dayPhases(o)), WorkPerRequest: o.work.String(), SLO: slo,
 		BurnerThreads: o.burnerThreads, AntagonistThreads: o.antagonistThreads, AntagonistSize: o.antagonistSize}
@@ -55,6 +56,7 @@ func describeOptions(o options) optionsDoc {
 // (to that round's online-alone or offline-alone run) and then summarized, so a machine that
 // is slower in one round than in another moves both sides of a ratio alike.
 type scenarioSummary struct {
+	Server string `json:"server"`
 	Name   string `json:"name"`
 	About  string `json:"about"`
 	Runs   int    `json:"runs"` // runs that completed
@@ -182,7 +184,7 @@ func applySLO(runs []runResult, o options) {
 }
 
 // summarize turns the runs into one summary per scenario, in the order they ran.
-func summarize(runs []runResult, o options) []scenarioSummary {
+func summarize(runs []runResult, server string, o options) []scenarioSummary {
 	applySLO(runs, o)
 	ref := map[string]baseline{
 		"p50": baselines(runs, "online-alone", p50), "p99": baselines(runs, "online-alone", p99),
@@ -192,7 +194,7 @@ func summarize(runs []runResult, o options) []scenarioSummary {
 	var out []scenarioSummary
 	for _, name := range o.scenarios {
 		sc, _ := scenarioByName(name)
-		s := scenarioSummary{Name: name, About: sc.About}
+		s := scenarioSummary{Server: server, Name: name, About: sc.About}
 		var v struct{ p50, p99, p999, r50, r99, r999, slo, burner, antagonist, cpu, agentCPU, rss, spike []float64 }
 		phases := map[string][]float64{}
 		var phaseOrder []string
@@ -265,4 +267,28 @@ func summaryOf(ss []scenarioSummary, name string) (scenarioSummary, bool) {
 		}
 	}
 	return scenarioSummary{}, false
+}
+
+// runsOf are the runs with the online service server.
+func runsOf(runs []runResult, server string) []runResult {
+	var out []runResult
+	for _, r := range runs {
+		if r.Server == server {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// forServer is res with only the runs and summaries of one online service.
+func (res results) forServer(server string) results {
+	sub := res
+	sub.Runs = runsOf(res.Runs, server)
+	sub.Scenarios = nil
+	for _, s := range res.Scenarios {
+		if s.Server == server {
+			sub.Scenarios = append(sub.Scenarios, s)
+		}
+	}
+	return sub
 }

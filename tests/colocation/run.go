@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -17,9 +19,10 @@ import (
 // its cgroup (a fresh one under the bench root, never reused); cleanup stops and removes them
 // all, whatever happened.
 type scenarioRun struct {
-	b     *bench
-	sc    scenario
-	name  string // "r1-naive": names its cgroup, logs and agent folder
+	b      *bench
+	sc     scenario
+	server onlineServer
+	name   string // "r1-go-naive": names its cgroup, logs and agent folder
 	rel   string // its cgroup
 	agent *agentProc
 	procs []*proc
@@ -37,12 +40,12 @@ const (
 )
 
 // runScenario runs scenario sc once and returns what it measured, or the error that stopped it.
-func (b *bench) runScenario(ctx context.Context, sc scenario, round int) runResult {
-	name := fmt.Sprintf("r%d-%s", round, sc.Name)
-	r := &scenarioRun{b: b, sc: sc, name: name, rel: path.Join(b.root, name)}
+func (b *bench) runScenario(ctx context.Context, server onlineServer, sc scenario, round int) runResult {
+	name := fmt.Sprintf("r%d-%s-%s", round, server.Name, sc.Name)
+	r := &scenarioRun{b: b, sc: sc, server: server, name: name, rel: path.Join(b.root, name)}
 	res, err := r.run(ctx)
 	err = errors.Join(err, r.cleanup())
-	res.Scenario, res.Round = sc.Name, round
+	res.Server, res.Scenario, res.Round = server.Name, sc.Name, round
 	if err != nil {
 		res.Error = err.Error()
 	}
@@ -91,7 +94,7 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 		return w, err
 	}
 	if r.sc.Tidal {
-		a, err := r.b.startAgent(ctx, r.name+"-agent", path.Join(r.rel, "tidal"), path.Join(r.rel, "agent"))
+		a, err := r.b.startAgent(ctx, r.name+"-agent", path.Join(r.rel, "tidal"), path.Join(r.rel, "agent"), r.sc.agentConfig)
 		if err != nil {
 			return w, err
 		}
@@ -189,10 +192,14 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 	}
 }
 
-// startWorkload starts `tidal workload ARGS`: through the agent in tier when there is one,
-// else in the benchmark's own cgroup.
+// startWorkload starts `tidal workload ARGS` (see startCommand).
 func (r *scenarioRun) startWorkload(name, tier, cgroup string, args ...string) (*proc, error) {
-	argv := append([]string{r.b.tidal, "workload"}, args...)
+	return r.startCommand(name, tier, cgroup, append([]string{r.b.tidal, "workload"}, args...))
+}
+
+// startCommand starts argv: through the agent in tier when there is one, else in the
+// benchmark's own cgroup.
+func (r *scenarioRun) startCommand(name, tier, cgroup string, argv []string) (*proc, error) {
 	var attach func(int) error
 	if r.agent != nil && tier != "" {
 		argv = r.agent.tidalRun(r.b.tidal, tier, name, argv)
@@ -213,7 +220,15 @@ func (r *scenarioRun) startServer(ctx context.Context) (*proc, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	p, err := r.startWorkload("server", "shared", r.sub("online"), "server", "--addr", addr, "--work", r.b.opts.work.String())
+	dir := filepath.Join(r.b.tmp, r.name+"-server")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	argv, err := r.server.command(r.b, dir, addr)
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := r.startCommand("server", "shared", r.sub("online"), argv)
 	if err != nil {
 		return nil, "", err
 	}
@@ -247,7 +262,7 @@ func (r *scenarioRun) startOffline() (burner, antagonist *proc, err error) {
 // cgroup in every scenario (never through the agent: it is the measuring instrument).
 func (r *scenarioRun) startLoadgen(addr string) (*proc, error) {
 	return r.startWorkload("loadgen", "", r.sub("loadgen"),
-		"loadgen", "--url", "http://"+addr+"/work", "--phases", phaseSpec(dayPhases(r.b.opts)))
+		"loadgen", "--url", "http://"+addr+r.server.path, "--gzip="+strconv.FormatBool(r.server.gzip), "--phases", phaseSpec(dayPhases(r.b.opts)))
 }
 
 // cleanup stops whatever still runs (the agent last), the samplers, and removes the run's

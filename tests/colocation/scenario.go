@@ -17,6 +17,8 @@ type scenario struct {
 	offline func(all cpuset.CPUSet) plugins.Settings
 	// About says in a few words what the scenario is, for the results.
 	About string
+	// agentConfig is the agent YAML of a tidal variant (a CPU mechanism other than the default).
+	agentConfig string
 }
 
 // Default cgroup v1 CPU shares, and the loadgen's: high enough that the measuring side never
@@ -46,6 +48,10 @@ var scenarios = []scenario{
 			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
 		}},
 	{Name: "tidal", Online: true, Offline: true, Tidal: true, About: "tidal agent with its defaults: online shared tier, offline reclaimed tier"},
+	{Name: "tidal-quota", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: quota\n",
+		About: "tidal with cpu.mechanism quota: the reclaimed tier also under a CFS quota of what is lent"},
+	{Name: "tidal-shares", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: shares\n",
+		About: "tidal with cpu.mechanism shares: cpu.shares 2 instead of the idle class"},
 }
 
 // noAgentBaselines are the no-agent ways to colocate that tidal must beat.
