@@ -26,6 +26,7 @@ const (
 // without waiting for the slow loop.
 func (a *Agent) interferenceLoop(ctx context.Context) {
 	meter := interference.NewMeter(a.procDir, a.layout)
+	defer meter.Close()
 	t := time.NewTicker(a.cfg.Interference.Interval)
 	defer t.Stop()
 	last := time.Now()
@@ -55,15 +56,15 @@ func (a *Agent) interfere(meter *interference.Meter, interval time.Duration) {
 	pools := a.pools
 	a.mu.Unlock()
 	groups, online := a.onlineGroups(snap, pools)
-	readings := meter.Read(groups)
+	minRun := max(time.Duration(a.cfg.Interference.MinRunMilliCPU)*interval/1000, 1)
+	readings := meter.Read(groups, minRun)
 	now := time.Now()
 
 	perNode := map[int][]advisor.Indicator{}
 	shown := map[int][]reporter.Indicator{}
-	minRun := time.Duration(a.cfg.Interference.MinRunMilliCPU) * interval / 1000
 	for _, r := range readings {
 		w := online[r.Name]
-		if r.Err != nil || r.Run < max(minRun, 1) {
+		if r.Err != nil || r.Run < minRun {
 			continue // gone, or too little CPU for a ratio to mean anything
 		}
 		run := state.Milli(r.Run, interval)

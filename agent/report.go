@@ -28,6 +28,7 @@ func (a *Agent) publish(snap state.Snapshot) {
 			string(qos.System): np.System.Size(), string(qos.Dedicated): np.Dedicated.Size(),
 			string(qos.Shared): np.Shared.Size(), string(qos.Reclaimed): np.Reclaimed.Size(),
 		}, plan.ReclaimedMilliCPU[np.Node])
+		a.metrics.SetControl(np.Node, a.controlStatusLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]))
 	}
 	a.metrics.SetLendable(a.lendableLocked(now))
 	a.metrics.SetGPUs(gpus)
@@ -108,6 +109,9 @@ type numaView struct {
 	Shared            string `json:"shared"`
 	Reclaimed         string `json:"reclaimed"`
 	ReclaimedMilliCPU int64  `json:"reclaimedMilliCPU"`
+	// Control is how ReclaimedMilliCPU was sized (as `tidal status` shows it), with the
+	// worst few indicators only, to keep the annotation small.
+	Control reporter.Control `json:"control"`
 }
 
 type topologyView struct {
@@ -128,10 +132,21 @@ func (a *Agent) topologyViewLocked(now time.Time, snap state.Snapshot, gpus []re
 		v.NUMA = append(v.NUMA, numaView{
 			Node: np.Node, CPUs: a.topo.CPUsOfNUMA(np.Node).String(), System: np.System.String(), Dedicated: np.Dedicated.String(),
 			Shared: np.Shared.String(), Reclaimed: np.Reclaimed.String(), ReclaimedMilliCPU: plan.ReclaimedMilliCPU[np.Node],
+			Control: a.annotatedControlLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]),
 		})
 	}
 	for _, g := range gpus {
 		v.GPUs = append(v.GPUs, gpuView{UUID: g.UUID, NUMA: g.NUMANode, Lendable: g.Lendable})
 	}
 	return v
+}
+
+// annotatedIndicators is how many indicators (the worst) a NUMA node's control carries in the
+// Node annotation.
+const annotatedIndicators = 5
+
+func (a *Agent) annotatedControlLocked(node int, lent int64) reporter.Control {
+	c := a.controlStatusLocked(node, lent)
+	c.Indicators = c.Indicators[:min(len(c.Indicators), annotatedIndicators)]
+	return c
 }

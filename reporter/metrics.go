@@ -26,6 +26,10 @@ type Metrics struct {
 	metricsFresh prometheus.Gauge
 	hookCalls    *prometheus.CounterVec
 	hookDuration *prometheus.HistogramVec
+	// The interference feedback, per NUMA node.
+	usageCeiling    *prometheus.GaugeVec
+	interferenceCap *prometheus.GaugeVec
+	indicatorLoad   *prometheus.GaugeVec
 }
 
 // WriteCounts are the cgroup write path's counters by knob: writes, failed writes, and
@@ -82,8 +86,17 @@ func NewMetrics(writes WriteCounter) *Metrics {
 			Name: "tidal_hook_decision_seconds", Help: "Time a runtime hook spent deciding, before forwarding.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14),
 		}, []string{"hook", "method"}),
+		usageCeiling: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_usage_ceiling_millicpu", Help: "Most a NUMA node may lend by online usage: its pool less the predicted online demand, in millicores.",
+		}, []string{"numa_node"}),
+		interferenceCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_interference_cap_millicpu", Help: "Most a NUMA node may lend by the interference feedback, in millicores.",
+		}, []string{"numa_node"}),
+		indicatorLoad: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_interference_indicator_ratio", Help: "The worst online workload's interference indicator on a NUMA node as a fraction of its target (above 1: lending is cut).",
+		}, []string{"numa_node", "indicator"}),
 	}
-	m.registry.MustRegister(m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
+	m.registry.MustRegister(m.usageCeiling, m.interferenceCap, m.indicatorLoad, m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
 		m.evictions, m.loopDuration, m.metricsFresh, m.hookCalls, m.hookDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		writeCollector{writes})
@@ -182,5 +195,22 @@ func (c writeCollector) Collect(ch chan<- prometheus.Metric) {
 		for k, v := range m.values {
 			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(v), k)
 		}
+	}
+}
+
+// SetControl records how a NUMA node's lending is sized: its usage ceiling, its interference
+// cap and, per indicator, the worst online workload's figure as a fraction of its target.
+func (m *Metrics) SetControl(node int, c Control) {
+	n := strconv.Itoa(node)
+	m.usageCeiling.WithLabelValues(n).Set(float64(c.UsageCeilingMilliCPU))
+	m.interferenceCap.WithLabelValues(n).Set(float64(c.InterferenceCapMilliCPU))
+	worst := map[string]float64{}
+	for _, i := range c.Indicators {
+		if i.Target > 0 {
+			worst[i.Name] = max(worst[i.Name], i.Value/i.Target)
+		}
+	}
+	for _, name := range []string{"run-queue wait", "throttled"} {
+		m.indicatorLoad.WithLabelValues(n, name).Set(worst[name])
 	}
 }

@@ -69,24 +69,75 @@ type Meter struct {
 	layout   *cgroupfs.Layout
 	tasks    map[int]taskTimes
 	throttle map[string]cgroupfs.Throttling
+	cgroups  map[string]*cgroupCPU
 	round    uint64
 	buf      []byte
+}
+
+// cgroupCPU is a group's CPU counter, kept open, and its last value: a group that ran less
+// than minRun since is not looked at more closely (most online workloads idle most of the
+// time, and listing threads costs far more than one pread).
+type cgroupCPU struct {
+	counter *cgroupfs.CPUCounter
+	used    time.Duration
+	round   uint64
 }
 
 // NewMeter reads threads under procDir ("/proc") and cgroups through layout.
 func NewMeter(procDir string, layout *cgroupfs.Layout) *Meter {
 	return &Meter{procDir: procDir, layout: layout, tasks: map[int]taskTimes{},
-		throttle: map[string]cgroupfs.Throttling{}, buf: make([]byte, 128)}
+		throttle: map[string]cgroupfs.Throttling{}, cgroups: map[string]*cgroupCPU{}, buf: make([]byte, 128)}
+}
+
+// Close releases the counters kept open.
+func (m *Meter) Close() {
+	for cg, c := range m.cgroups {
+		c.counter.Close()
+		delete(m.cgroups, cg)
+	}
+}
+
+// ran reads group's CPU counter and returns what it used since the last round (-1 the first
+// time, or when the counter cannot be read).
+func (m *Meter) ran(g Group) time.Duration {
+	c := m.cgroups[g.Cgroup]
+	if c == nil {
+		counter, err := m.layout.OpenCPUCounter(g.Cgroup)
+		if err != nil {
+			return -1
+		}
+		c = &cgroupCPU{counter: counter, used: -1}
+		m.cgroups[g.Cgroup] = c
+	}
+	used, err := c.counter.Read()
+	if err != nil {
+		c.counter.Close()
+		delete(m.cgroups, g.Cgroup)
+		return -1
+	}
+	delta := time.Duration(-1)
+	if c.used >= 0 && c.round == m.round-1 && used >= c.used {
+		delta = used - c.used
+	}
+	c.used, c.round = used, m.round
+	return delta
 }
 
 // Read measures each group since the previous Read. A group read for the first time (and
 // each thread seen for the first time) only sets its baseline: its first Reading is zero.
-func (m *Meter) Read(groups []Group) []Reading {
+// A group whose cgroup used less than minRun of CPU since the last Read gets a Reading with
+// only that Run: too little CPU for its ratios to say anything, and not worth a closer look.
+func (m *Meter) Read(groups []Group, minRun time.Duration) []Reading {
 	m.round++
 	out := make([]Reading, 0, len(groups))
 	seenCgroup := make(map[string]bool, len(groups))
 	for _, g := range groups {
 		r := Reading{Group: g}
+		if ran := m.ran(g); ran >= 0 && ran < minRun {
+			r.Run = ran
+			out = append(out, r)
+			continue
+		}
 		tids, err := m.layout.Threads(g.Cgroup, g.Recursive)
 		if err != nil {
 			r.Err = err
@@ -122,6 +173,12 @@ func (m *Meter) Read(groups []Group) []Reading {
 	for cg := range m.throttle {
 		if !seenCgroup[cg] {
 			delete(m.throttle, cg)
+		}
+	}
+	for cg, c := range m.cgroups {
+		if c.round != m.round {
+			c.counter.Close()
+			delete(m.cgroups, cg)
 		}
 	}
 	return out

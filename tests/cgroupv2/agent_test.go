@@ -187,11 +187,14 @@ func TestV2StandaloneTiers(t *testing.T) {
 		if got := n.file(burn.Cgroup, "cpu.weight"); got != "0" {
 			return fmt.Errorf("workload cpu.weight = %s, want 0 (idle)", got)
 		}
-		if got, want := n.file(n.root+"/reclaimed", "cpu.max"), fmt.Sprintf("%d 100000", lent*100); got != want {
-			return fmt.Errorf("tier cpu.max = %q, want %q (lent %dm)", got, want, lent)
+		// The default mechanism (idle): ceil(lent) CPUs at the idle class, no quota.
+		if got, want := pool.Size(), int((lent+999)/1000); got != want {
+			return fmt.Errorf("reclaimed pool %s has %d CPUs, want %d (lent %dm)", pool, got, want, lent)
 		}
-		if got := n.file(burn.Cgroup, "cpu.max"); got != "max 100000" {
-			return fmt.Errorf("workload cpu.max = %q, want max (capped by its tier)", got)
+		for _, cg := range []string{n.root + "/reclaimed", burn.Cgroup} {
+			if got := n.file(cg, "cpu.max"); got != "max 100000" {
+				return fmt.Errorf("%s cpu.max = %q, want max (the idle mechanism sets no quota)", cg, got)
+			}
 		}
 		cpus, err := cpuset.Parse(n.file(burn.Cgroup, "cpuset.cpus.effective"))
 		if err != nil || cpus.IsEmpty() || !cpus.IsSubsetOf(pool) {
@@ -252,7 +255,7 @@ func TestV2StandaloneTiers(t *testing.T) {
 // do, and lending falls to its minimum at once. The utilization spike path is kept out of the
 // way (a fast window of minutes) so that what shrinks lending here is PSI.
 func TestV2FastPathPSI(t *testing.T) {
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\nloops:\n  slowInterval: 4s\n  metricsStaleAfter: 30s\n  fastWindow: 10m\n  psiStallThreshold: 100ms\n  psiWindow: 1s\n")
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\nloops:\n  slowInterval: 4s\n  metricsStaleAfter: 30s\n  fastWindow: 10m\n  psiStallThreshold: 100ms\n  psiWindow: 1s\ninterference:\n  shared:\n    runQueueWait: 0\n")
 	n.start()
 	n.run("--tier", "reclaimed", "--name", "batch", "--", tidalBin(t), "workload", "burner", "--threads", "2")
 	n.waitWorkload("batch")
@@ -359,8 +362,8 @@ func TestV2RestartAdoption(t *testing.T) {
 	if s.MetricsOK || s.Lendable.MilliCPU != 0 {
 		t.Errorf("right after restart: metrics fresh %v, lendable %dm; want stale and 0", s.MetricsOK, s.Lendable.MilliCPU)
 	}
-	if got := n.file(n.root+"/reclaimed", "cpu.max"); got != "10000 100000" {
-		t.Errorf("reclaimed cpu.max after restart = %q, want 10000 100000 (100m)", got)
+	if got := n.file(n.root+"/reclaimed", "cpuset.cpus"); strings.ContainsAny(got, ",-") {
+		t.Errorf("reclaimed pool after restart = %q, want one CPU (100m)", got)
 	}
 	tiers := map[string]string{}
 	for _, w := range s.Workloads {

@@ -163,7 +163,7 @@ func TestStateFolderFullOrReadOnly(t *testing.T) {
 	o := record(t, "state folder full, then read-only")
 	state := filepath.Join(t.TempDir(), "state")
 	mountTmpfs(t, state, "64k")
-	a := testutil.NewAgent(t, tidalBin, "", state, false)
+	a := testutil.NewAgent(t, tidalBin, "cpu:\n  mechanism: quota\n", state, false)
 	a.Start()
 	a.Run("--tier", "shared", "--name", "before", "--", "sleep", "600")
 	a.WaitWorkload("before")
@@ -380,7 +380,8 @@ func TestArbiterKilledAndRestarted(t *testing.T) {
 // itself once the file takes writes again.
 func TestCgroupFileRefusesWrites(t *testing.T) {
 	o := record(t, "a cgroup file refusing writes (read-only bind mount over cpu.cfs_quota_us)")
-	a := testutil.NewAgent(t, tidalBin, "loops:\n  slowInterval: 300ms\n", "", true)
+	// The quota mechanism: the refusing file is one the agent writes whenever lending moves.
+	a := testutil.NewAgent(t, tidalBin, "cpu:\n  mechanism: quota\nloops:\n  slowInterval: 300ms\n", "", true)
 	a.Start()
 	a.Run("--tier", "reclaimed", "--name", "batch", "--", "sleep", "600")
 	a.WaitWorkload("batch")

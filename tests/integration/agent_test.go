@@ -61,12 +61,18 @@ func TestReclaimedWorkloadIsConfined(t *testing.T) {
 		if got := n.file("cpu", w.Cgroup, "cpu.idle"); got != "1" {
 			return fmt.Errorf("cpu.idle = %s", got)
 		}
-		if got, want := n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us"), strconv.FormatInt(lent*100, 10); got != want {
-			return fmt.Errorf("tier quota = %s, want %s (lent %dm)", got, want, lent)
+		// The default mechanism (idle): what is lent is the reclaimed pool, ceil(lent) CPUs
+		// at the idle class; no CFS quota on the tier or the workload (none asked).
+		if got, want := reclaimedPool.Size(), int((lent+999)/1000); got != want {
+			return fmt.Errorf("reclaimed pool %s has %d CPUs, want %d (lent %dm)", reclaimedPool, got, want, lent)
 		}
-		// The tier carries what is lent; the workload has no cap of its own (none asked).
-		if got := n.file("cpu", w.Cgroup, "cpu.cfs_quota_us"); got != "-1" {
-			return fmt.Errorf("workload quota = %s, want -1 (capped by its tier)", got)
+		if got := n.file("cpuset", n.root+"/reclaimed", "cpuset.cpus"); got != reclaimedPool.String() {
+			return fmt.Errorf("tier cpuset %s, want the reclaimed pool %s", got, reclaimedPool)
+		}
+		for _, cg := range []string{n.root + "/reclaimed", w.Cgroup} {
+			if got := n.file("cpu", cg, "cpu.cfs_quota_us"); got != "-1" {
+				return fmt.Errorf("%s quota = %s, want -1 (the idle mechanism sets none)", cg, got)
+			}
 		}
 		cpus, err := cpuset.Parse(n.file("cpuset", w.Cgroup, "cpuset.cpus"))
 		if err != nil || cpus.IsEmpty() || !cpus.IsSubsetOf(reclaimedPool) {
@@ -281,8 +287,8 @@ func TestRestartAfterKill9(t *testing.T) {
 			t.Errorf("numa %d lends %dm right after restart, want the 100m minimum", p.NUMANode, p.LentMilliCPU)
 		}
 	}
-	if got := n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us"); got != "10000" {
-		t.Errorf("reclaimed quota after restart = %s, want 10000 (100m)", got)
+	if got := n.file("cpuset", n.root+"/reclaimed", "cpuset.cpus"); strings.ContainsAny(got, ",-") {
+		t.Errorf("reclaimed pool after restart = %s, want one CPU (100m)", got)
 	}
 	tiers := map[string]string{}
 	for _, w := range s.Workloads {

@@ -127,7 +127,8 @@ func grantFor(n *node, queue string) (int64, bool) {
 // queue stays; when the arbiter goes away the lease expires and the node lends nothing.
 func TestArbiterLeasesAreEnforced(t *testing.T) {
 	arb := startArbiter(t, "node-a", "node-b")
-	a := newNode(t, arb.agentConfig("node-a")+"cpu:\n  growStepMilliCPU: 1000\n")
+	// The quota mechanism, so the cgroup shows the grant to the millicore.
+	a := newNode(t, arb.agentConfig("node-a")+"cpu:\n  growStepMilliCPU: 1000\n  mechanism: quota\n")
 	b := newNode(t, arb.agentConfig("node-b"))
 	a.start()
 	b.start()

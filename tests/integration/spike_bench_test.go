@@ -14,8 +14,8 @@ import (
 )
 
 // BenchmarkSpikeToShrink measures the fast path on real cgroups: from the moment an online
-// process starts spinning in the shared tier to the moment the agent has written a smaller
-// CFS quota on the reclaimed tier. Each iteration waits for lending to grow back first. The
+// process starts spinning in the shared tier to the moment the agent has narrowed the
+// reclaimed pool's cpuset (the default mechanism's limit). Each iteration waits for lending to grow back first. The
 // "200-workloads" case measures it while the slow loop manages 200 idle workloads (half
 // shared, half reclaimed), so a fast path that waits on the slow loop's work shows.
 //
@@ -40,17 +40,19 @@ func benchSpikeToShrink(b *testing.B, background int) {
 			b.Fatal(err)
 		}
 	}
-	quotaFile := filepath.Join(n.layout.Dir("cpu", n.root+"/reclaimed"), "cpu.cfs_quota_us")
+	// The default mechanism narrows the reclaimed pool's cpuset: the write to wait for.
+	limitFile := filepath.Join(n.layout.Dir("cpuset", n.root+"/reclaimed"), "cpuset.cpus")
 	var lat []time.Duration
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		n.eventually(20*time.Second, "lending grows back", func() error {
-			if s := n.status(); s.Lendable.MilliCPU < 1000 {
+			// Over one CPU, so the shrink to the minimum narrows the pool by a CPU.
+			if s := n.status(); s.Lendable.MilliCPU <= 1000 {
 				return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
 			}
 			return nil
 		})
-		before := readTrim(b, quotaFile)
+		before := readTrim(b, limitFile)
 
 		// An online spinner held at a gate until it sits in its cgroup.
 		spin := exec.Command("sh", "-c", "read go; while :; do :; done")
@@ -68,9 +70,9 @@ func benchSpikeToShrink(b *testing.B, background int) {
 		b.StartTimer()
 		start := time.Now()
 		_, _ = io.WriteString(gate, "go\n")
-		for readTrim(b, quotaFile) == before {
+		for readTrim(b, limitFile) == before {
 			if time.Since(start) > 5*time.Second {
-				b.Fatalf("no shrink within 5s (quota still %s)", before)
+				b.Fatalf("no shrink within 5s (reclaimed pool still %s)", before)
 			}
 			time.Sleep(200 * time.Microsecond)
 		}

@@ -1,0 +1,79 @@
+package integration
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidalqos/tidal/reporter"
+)
+
+// The interference feedback with real processes: online threads that wait in the run queue
+// (more online threads than CPUs) cross the shared tier's run-queue wait target, lending is
+// cut at once by the interference loop, the cut names its indicator and figures, and status
+// shows the indicator against its target and the cap that bounds lending. The usage-based
+// paths are kept out of the way (no spike path, a slow loop of seconds), so what cuts is the
+// feedback.
+func TestInterferenceCutsLending(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\n  spikeThreshold: 1\n"+
+		"loops:\n  slowInterval: 3s\n  metricsStaleAfter: 20s\n  fastWindow: 10m\n  psiTrigger: false\n"+
+		"interference:\n  interval: 200ms\n  holdAfterCut: 30s\n")
+	n.start()
+	n.run("--tier", "reclaimed", "--name", "batch", "--", tidalBin, "workload", "burner", "--threads", "1")
+	n.waitWorkload("batch")
+	n.eventually(30*time.Second, "lending grows past its minimum", func() error {
+		if s := n.status(); s.Lendable.MilliCPU < 500 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	lentBefore := n.status().Lendable.MilliCPU
+
+	// Twice as many spinning online threads as CPUs: each waits about as long as it runs.
+	n.run("--tier", "shared", "--name", "web", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(2*runtime.NumCPU()))
+	n.waitWorkload("web")
+	var cut reporter.Action
+	n.eventually(10*time.Second, "an interference cut", func() error {
+		for _, a := range n.status().Actions {
+			if a.Kind == "throttle" && strings.Contains(a.Reason, "run-queue wait of web") {
+				cut = a
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	t.Logf("cut: %s", cut.Reason)
+	if !strings.Contains(cut.Reason, "target 0.250") || !strings.Contains(cut.Reason, "-> ") {
+		t.Errorf("the cut does not show its figures: %s", cut.Reason)
+	}
+	s := n.status()
+	if s.Lendable.MilliCPU >= lentBefore {
+		t.Errorf("lendable %dm after the cut, was %dm", s.Lendable.MilliCPU, lentBefore)
+	}
+	p := s.Pools[0]
+	c := p.Control
+	if c.Mechanism != "idle" || c.InterferenceCapMilliCPU >= lentBefore || c.HeldUntil.IsZero() {
+		t.Errorf("control after the cut: %+v (lent before %dm)", c, lentBefore)
+	}
+	found := false
+	for _, i := range c.Indicators {
+		if i.Workload == "web" && i.Name == "run-queue wait" {
+			found = true
+			if i.Target != 0.25 || i.RunMilliCPU <= 0 {
+				t.Errorf("web's indicator %+v", i)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("status shows no run-queue wait indicator for web: %+v", c.Indicators)
+	}
+	// The text status says which rule sets what is lent, with the live figures.
+	out, err := exec.Command(tidalBin, "status", "--socket", n.socket).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "interference cap") || !strings.Contains(string(out), "run-queue wait") {
+		t.Errorf("tidal status: %v\n%s", err, out)
+	}
+}
