@@ -23,12 +23,12 @@ type scenarioRun struct {
 	sc     scenario
 	server onlineServer
 	name   string // "r1-go-naive": names its cgroup, logs and agent folder
-	rel   string // its cgroup
-	agent *agentProc
-	procs []*proc
-	bg    *background
-	cpu   []nodeCPU   // node CPU readings, once a second
-	watch *agentWatch // the agent's lending and actions (tidal only)
+	rel    string // its cgroup
+	agent  *agentProc
+	procs  []*proc
+	bg     *background
+	cpu    []nodeCPU   // node CPU readings, once a second
+	watch  *agentWatch // the agent's lending and actions (tidal only)
 }
 
 // Timeouts and grace periods of a run.
