@@ -40,13 +40,19 @@ func (f *fastWindow) add(now time.Time, used time.Duration) (int64, bool) {
 	return state.Milli(used-f.used[0], span), true
 }
 
+// idleFastTicks: while every NUMA node lends only its minimum, the fast path has nothing to
+// cut, and samples this many times less often (it only keeps its window warm). The first
+// tick after lending grows is at most this many fast intervals away.
+const idleFastTicks = 10
+
 // fastLoop samples online work's CPU counters every fast interval and shrinks lending at
 // once when online work spikes; the slow loop grows it back later.
 func (a *Agent) fastLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.Loops.FastInterval)
+	t := time.NewTimer(a.cfg.Loops.FastInterval)
 	defer t.Stop()
 	c := onlineCounters{layout: a.layout, open: map[string]*cgroupfs.CPUCounter{}}
 	defer c.close()
+	observe := a.metrics.LoopObserver("fast")
 	ticks := 0
 	for {
 		select {
@@ -63,17 +69,22 @@ func (a *Agent) fastLoop(ctx context.Context) {
 				}
 			}
 			ticks++
-			used, ok := c.read()
-			if !ok {
-				continue
+			next := a.cfg.Loops.FastInterval
+			if used, ok := c.read(); ok {
+				// Stamp the reading when it was taken: a late tick carries its scheduled
+				// time, and a rate over a window it does not cover would be overstated.
+				now := time.Now()
+				rate, full := a.fast.add(now, used)
+				cuttable := true
+				if full {
+					cuttable = a.spike(now, rate)
+				}
+				if !cuttable {
+					next *= idleFastTicks
+				}
+				observe(time.Since(tick))
 			}
-			// Stamp the reading when it was taken: a late tick carries its scheduled time, and
-			// a rate over a window it does not cover would be overstated.
-			now := time.Now()
-			if rate, full := a.fast.add(now, used); full {
-				a.spike(now, rate)
-			}
-			a.metrics.ObserveLoop("fast", time.Since(tick))
+			t.Reset(next)
 		}
 	}
 }
@@ -157,7 +168,8 @@ func (c *onlineCounters) close() {
 
 // spike hands the online rate, split over NUMA nodes by pool size, to the advisor and, if
 // that shrank lending, writes the reclaimed limits at once.
-func (a *Agent) spike(now time.Time, onlineMilli int64) {
+// It reports whether any node still lends more than its minimum (something a spike could cut).
+func (a *Agent) spike(now time.Time, onlineMilli int64) (cuttable bool) {
 	a.mu.Lock()
 	var total int64
 	for _, np := range a.pools {
@@ -177,10 +189,14 @@ func (a *Agent) spike(now time.Time, onlineMilli int64) {
 	if changed {
 		a.planGeneration++
 	}
+	for node, lent := range a.advisor.Plan().ReclaimedMilliCPU {
+		cuttable = cuttable || lent > min(a.cfg.CPU.MinReclaimedMilliCPU, a.poolMilliLocked(node))
+	}
 	a.mu.Unlock()
 	if changed {
 		a.writeReclaimedLimits()
 	}
+	return cuttable
 }
 
 // writeReclaimedLimits is the fast path's narrow write: only the reclaimed cgroups' CPU limits

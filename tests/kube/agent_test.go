@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/cpuset"
 
+	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
 
@@ -179,12 +180,17 @@ func TestAgentsManageOnlyTheirOwnPods(t *testing.T) {
 			}
 			var topo struct {
 				NUMA []struct {
-					Node int    `json:"node"`
-					CPUs string `json:"cpus"`
+					Node    int              `json:"node"`
+					CPUs    string           `json:"cpus"`
+					Control reporter.Control `json:"control"`
 				} `json:"numa"`
 			}
 			if err := json.Unmarshal([]byte(node.Annotations["tidalqos.io/topology"]), &topo); err != nil || len(topo.NUMA) == 0 {
 				return fmt.Errorf("topology annotation %q: %v", node.Annotations["tidalqos.io/topology"], err)
+			}
+			// How lending was sized, as tidal status shows it.
+			if c := topo.NUMA[0].Control; c.Mechanism != "idle" || c.Bound == "" || c.Formula == "" {
+				return fmt.Errorf("topology annotation's control %+v", c)
 			}
 			return nil
 		})
