@@ -27,6 +27,8 @@ const (
 func (a *Agent) interferenceLoop(ctx context.Context) {
 	meter := interference.NewMeter(a.procDir, a.layout)
 	defer meter.Close()
+	probes := newProbes(a.cfg.Interference.Interval)
+	defer probes.stop()
 	t := time.NewTicker(a.cfg.Interference.Interval)
 	defer t.Stop()
 	last := time.Now()
@@ -35,7 +37,7 @@ func (a *Agent) interferenceLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			a.interfere(meter, now.Sub(last))
+			a.interfere(ctx, meter, probes, now.Sub(last))
 			last = now
 		}
 	}
@@ -46,16 +48,24 @@ type onlineWorkload struct {
 	tier    qos.Tier
 	nodes   []int
 	targets config.Targets
+	slo     qos.SLO
 }
 
 // interfere reads the indicators (no lock held), hands each NUMA node's to the advisor and,
 // if one was cut, writes the reclaimed limits.
-func (a *Agent) interfere(meter *interference.Meter, interval time.Duration) {
+func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes *probes, interval time.Duration) {
 	snap := a.store.Snapshot()
 	a.mu.Lock()
 	pools := a.pools
 	a.mu.Unlock()
 	groups, online := a.onlineGroups(snap, pools)
+	slos := map[string]qos.SLO{}
+	for name, w := range online {
+		if w.slo.Probe != "" {
+			slos[name] = w.slo
+		}
+	}
+	probes.sync(ctx, slos)
 	minRun := max(time.Duration(a.cfg.Interference.MinRunMilliCPU)*interval/1000, 1)
 	readings := meter.Read(groups, minRun)
 	now := time.Now()
@@ -64,14 +74,19 @@ func (a *Agent) interfere(meter *interference.Meter, interval time.Duration) {
 	shown := map[int][]reporter.Indicator{}
 	for _, r := range readings {
 		w := online[r.Name]
-		if r.Err != nil || r.Run < minRun {
-			continue // gone, or too little CPU for a ratio to mean anything
+		var inds []advisor.Indicator
+		if took, ok := probes.latency(r.Name); ok {
+			// The workload's own SLO signal counts whatever CPU it ran.
+			inds = append(inds, advisor.Indicator{Name: indicatorProbe, Workload: r.Name, Value: took.Seconds(), Target: w.slo.Latency.Seconds()})
+		}
+		if r.Err == nil && r.Run >= minRun {
+			// Enough CPU for a ratio to mean something.
+			inds = append(inds,
+				advisor.Indicator{Name: indicatorRunQueueWait, Workload: r.Name, Value: r.WaitRatio(), Target: w.targets.RunQueueWait},
+				advisor.Indicator{Name: indicatorThrottled, Workload: r.Name, Value: r.ThrottledRatio(), Target: w.targets.Throttled})
 		}
 		run := state.Milli(r.Run, interval)
-		for _, ind := range []advisor.Indicator{
-			{Name: indicatorRunQueueWait, Workload: r.Name, Value: r.WaitRatio(), Target: w.targets.RunQueueWait},
-			{Name: indicatorThrottled, Workload: r.Name, Value: r.ThrottledRatio(), Target: w.targets.Throttled},
-		} {
+		for _, ind := range inds {
 			for _, n := range w.nodes {
 				shown[n] = append(shown[n], reporter.Indicator{Workload: r.Name, Tier: string(w.tier), Name: ind.Name, Value: ind.Value, Target: ind.Target, RunMilliCPU: run})
 				if ind.Target > 0 {
@@ -123,7 +138,7 @@ func (a *Agent) onlineGroups(snap state.Snapshot, pools plugins.Pools) ([]interf
 		}
 	}
 	for _, r := range snap.Workloads {
-		w := onlineWorkload{tier: r.Tier, nodes: sharedNodes}
+		w := onlineWorkload{tier: r.Tier, nodes: sharedNodes, slo: r.SLO}
 		switch r.Tier {
 		case qos.Shared:
 			w.targets = a.cfg.Interference.Shared

@@ -22,6 +22,9 @@ type Workload struct {
 	// MemoryLimit caps its memory (0: no limit of its own).
 	MemoryLimit     int64
 	ReclaimPriority int32
+	// SLO is an online workload's own latency probe (zero: none); the interference feedback
+	// counts its latency as an indicator.
+	SLO qos.SLO
 	// Queue is the tenant queue reclaimed work runs for ("" the shared low-SLA queue): it
 	// runs while the node's lease grants that queue capacity.
 	Queue string

@@ -104,6 +104,8 @@ type Decision struct {
 	NUMABinding bool
 	// ReclaimPriority orders reclaimed work for eviction, lowest first.
 	ReclaimPriority int32
+	// SLO is an online workload's own latency probe, if it gave one.
+	SLO SLO
 	// Problems are malformed values, ignored settings and policy
 	// downgrades, in a stable order. Each is a *Problem.
 	Problems []error
@@ -189,6 +191,7 @@ func Classify(m Metadata, p Policy) Decision {
 
 	d.NUMABinding = numaBinding(m.Annotations, d.Tier, &d.Problems)
 	d.ReclaimPriority = reclaimPriority(m.Annotations, m.Priority, &d.Problems)
+	d.SLO = sloOf(m.Annotations, d.Tier, &d.Problems)
 	misplacedKeys(m, &d.Problems)
 	return d
 }
@@ -381,7 +384,7 @@ func reclaimPriority(annotations map[string]string, priority int32, problems *[]
 // set as an annotation): an easy mistake that would otherwise silently do
 // nothing. Reported after the rules, so it never hides a decision.
 func misplacedKeys(m Metadata, problems *[]error) {
-	for _, key := range [...]string{AnnotationQoSLevel, AnnotationKatalystQoSLevel, AnnotationNUMABinding, AnnotationReclaimPriority} {
+	for _, key := range [...]string{AnnotationQoSLevel, AnnotationKatalystQoSLevel, AnnotationNUMABinding, AnnotationReclaimPriority, AnnotationSLOProbe, AnnotationSLOLatency} {
 		if v, ok := m.Labels[key]; ok {
 			*problems = append(*problems, &Problem{
 				Key: key, Value: v, Source: SourceLabel, Kind: ErrIgnored,

@@ -217,7 +217,7 @@ func (m *Metrics) SetControl(node int, c Control) {
 			worst[i.Name] = max(worst[i.Name], i.Value/i.Target)
 		}
 	}
-	for _, name := range []string{"run-queue wait", "throttled"} {
+	for _, name := range []string{"run-queue wait", "throttled", "probe latency"} {
 		m.indicatorLoad.WithLabelValues(n, name).Set(worst[name])
 	}
 }

@@ -35,6 +35,8 @@ func runRun(args []string) error {
 	memory := fs.String("memory", "", "memory limit, e.g. 512Mi or 2Gi")
 	queue := fs.String("queue", "", "reclaimed: the tenant queue it runs for (it runs while the node's lease grants that queue)")
 	gpus := fs.Int("gpus", 0, "reclaimed: GPUs lent to it; dedicated: GPUs of its own (the command sees only these)")
+	sloProbe := fs.String("slo-probe", "", "shared/dedicated: an http:// URL whose answer time tracks the workload's latency; the agent probes it and cuts lending when it is slower than --slo-latency")
+	sloLatency := fs.String("slo-latency", "", "the latency --slo-probe must stay under, e.g. 20ms")
 	socket := fs.String("socket", config.Default().SocketPath, "the agent's API socket")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: tidal run --tier TIER [flags] -- CMD [ARGS...]")
@@ -90,7 +92,7 @@ func runRun(args []string) error {
 	goR.Close()
 
 	req := agent.AdmitRequest{Name: *name, Tier: *tier, CPUs: *cpus, NUMABinding: *numa, MemoryBytes: memBytes,
-		GPUs: *gpus, Queue: *queue, PID: child.Process.Pid, Command: cmdArgs}
+		GPUs: *gpus, Queue: *queue, SLOProbe: *sloProbe, SLOLatency: *sloLatency, PID: child.Process.Pid, Command: cmdArgs}
 	if isSet(fs, "reclaim-priority") {
 		p := int32(*priority)
 		req.ReclaimPriority = &p

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -76,4 +77,62 @@ func TestInterferenceCutsLending(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "interference cap") || !strings.Contains(string(out), "run-queue wait") {
 		t.Errorf("tidal status: %v\n%s", err, out)
 	}
+}
+
+// An online workload's own SLO probe: the agent GETs it, and answers slower than its target
+// cut lending, with the probe's figures in the action and in status. A malformed target is
+// refused when the workload is started.
+func TestSLOProbeCutsLending(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\n  spikeThreshold: 1\n"+
+		"loops:\n  slowInterval: 3s\n  metricsStaleAfter: 20s\n  fastWindow: 10m\n  psiTrigger: false\n"+
+		"interference:\n  interval: 200ms\n  holdAfterCut: 30s\n  shared:\n    runQueueWait: 0\n")
+	n.start()
+	cmd, out := n.run("--tier", "shared", "--name", "bad", "--slo-probe", "http://127.0.0.1:1/", "--slo-latency", "soon", "--", "true")
+	if err := cmd.Wait(); err == nil || !strings.Contains(out.String(), "tidalqos.io/slo-latency") {
+		t.Errorf("a malformed SLO target: err %v, output %q", err, out)
+	}
+	n.run("--tier", "reclaimed", "--name", "batch", "--", tidalBin, "workload", "burner", "--threads", "1")
+	n.waitWorkload("batch")
+	n.eventually(30*time.Second, "lending grows past its minimum", func() error {
+		if s := n.status(); s.Lendable.MilliCPU < 500 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	// Each answer costs 30 ms of CPU: the probe is always slower than its 10 ms target.
+	addr := freeAddr(t)
+	n.run("--tier", "shared", "--name", "web", "--slo-probe", "http://"+addr+"/work", "--slo-latency", "10ms",
+		"--", tidalBin, "workload", "server", "--addr", addr, "--work", "30ms")
+	n.waitWorkload("web")
+	var cut reporter.Action
+	n.eventually(15*time.Second, "a cut by the SLO probe", func() error {
+		for _, a := range n.status().Actions {
+			if a.Kind == "throttle" && strings.Contains(a.Reason, "probe latency of web") {
+				cut = a
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	t.Logf("cut: %s", cut.Reason)
+	if !strings.Contains(cut.Reason, "(target 0.010)") {
+		t.Errorf("the cut does not show the probe's target: %s", cut.Reason)
+	}
+	found := false
+	for _, i := range n.status().Pools[0].Control.Indicators {
+		found = found || i.Workload == "web" && i.Name == "probe latency" && i.Value >= 0.03 && i.Target == 0.01
+	}
+	if !found {
+		t.Errorf("status shows no probe latency for web: %+v", n.status().Pools[0].Control.Indicators)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

@@ -32,16 +32,20 @@ var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
 
 // AdmitRequest asks the agent to manage a process as a workload (`tidal run`).
 type AdmitRequest struct {
-	Name            string   `json:"name"`
-	Tier            string   `json:"tier"`
-	ReclaimPriority *int32   `json:"reclaimPriority,omitempty"`
-	CPUs            int      `json:"cpus,omitempty"`
-	NUMABinding     bool     `json:"numaBinding,omitempty"`
-	MemoryBytes     int64    `json:"memoryBytes,omitempty"`
-	GPUs            int      `json:"gpus,omitempty"`
-	Queue           string   `json:"queue,omitempty"`
-	PID             int      `json:"pid"`
-	Command         []string `json:"command,omitempty"`
+	Name            string `json:"name"`
+	Tier            string `json:"tier"`
+	ReclaimPriority *int32 `json:"reclaimPriority,omitempty"`
+	CPUs            int    `json:"cpus,omitempty"`
+	NUMABinding     bool   `json:"numaBinding,omitempty"`
+	MemoryBytes     int64  `json:"memoryBytes,omitempty"`
+	GPUs            int    `json:"gpus,omitempty"`
+	Queue           string `json:"queue,omitempty"`
+	// SLOProbe and SLOLatency give an online workload's own latency probe (an http:// URL
+	// and a duration such as "20ms"), as the tidalqos.io/slo-* annotations do for pods.
+	SLOProbe   string   `json:"sloProbe,omitempty"`
+	SLOLatency string   `json:"sloLatency,omitempty"`
+	PID        int      `json:"pid"`
+	Command    []string `json:"command,omitempty"`
 }
 
 // RequestError is a refusal the caller can fix; the API answers it with its Status.
@@ -205,13 +209,19 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	if req.ReclaimPriority != nil {
 		ann[qos.AnnotationReclaimPriority] = strconv.Itoa(int(*req.ReclaimPriority))
 	}
+	if req.SLOProbe != "" {
+		ann[qos.AnnotationSLOProbe] = req.SLOProbe
+	}
+	if req.SLOLatency != "" {
+		ann[qos.AnnotationSLOLatency] = req.SLOLatency
+	}
 	d := qos.Classify(qos.Metadata{Name: req.Name, Annotations: ann}, qos.Policy{})
 	if len(d.Problems) > 0 {
 		return state.Spec{}, refuse(400, "%v", errors.Join(d.Problems...))
 	}
 	spec := state.Spec{Source: Name, GPUs: req.GPUs, Workload: plugins.Workload{
 		Name: req.Name, Tier: d.Tier, Cgroup: plugins.WorkloadPath(s.opts.Root, d.Tier, req.Name), Owner: plugins.OwnerTidal,
-		NUMABinding: d.NUMABinding, MemoryLimit: req.MemoryBytes, ReclaimPriority: d.ReclaimPriority, Queue: req.Queue,
+		NUMABinding: d.NUMABinding, MemoryLimit: req.MemoryBytes, ReclaimPriority: d.ReclaimPriority, Queue: req.Queue, SLO: d.SLO,
 		Started: time.Now(),
 	}}
 	switch d.Tier {

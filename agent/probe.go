@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tidalqos/tidal/qos"
+)
+
+// indicatorProbe names the SLO probe's indicator.
+const indicatorProbe = "probe latency"
+
+// probeSamples is how many recent probes the indicator's median is taken over: one slow
+// answer does not cut lending, a run of them does.
+const probeSamples = 5
+
+// probes GETs the SLO probe of each online workload that has one, each in a goroutine of its
+// own, every interval; the interference loop reads their recent latencies. A probe that
+// fails or times out counts as taking its timeout.
+type probes struct {
+	interval time.Duration
+	client   *http.Client
+	running  map[string]*probe // by workload name; the interference loop's only
+	wg       sync.WaitGroup
+}
+
+type probe struct {
+	slo    qos.SLO
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	recent []time.Duration
+}
+
+func newProbes(interval time.Duration) *probes {
+	return &probes{interval: interval, running: map[string]*probe{},
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}}
+}
+
+// sync runs the probes of want (workload name -> its SLO) and stops the others.
+func (p *probes) sync(ctx context.Context, want map[string]qos.SLO) {
+	for name, pr := range p.running {
+		if slo, ok := want[name]; !ok || slo != pr.slo {
+			pr.cancel()
+			delete(p.running, name)
+		}
+	}
+	for name, slo := range want {
+		if _, ok := p.running[name]; ok {
+			continue
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		pr := &probe{slo: slo, cancel: cancel}
+		p.running[name] = pr
+		p.wg.Go(func() { p.run(pctx, pr) })
+	}
+}
+
+// timeout bounds one probe: ten times its target, at least the interval.
+func (p *probes) timeout(slo qos.SLO) time.Duration { return max(10*slo.Latency, p.interval) }
+
+func (p *probes) run(ctx context.Context, pr *probe) {
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		took := p.once(ctx, pr.slo)
+		if ctx.Err() != nil {
+			return
+		}
+		pr.mu.Lock()
+		pr.recent = append(pr.recent, took)
+		if len(pr.recent) > probeSamples {
+			pr.recent = pr.recent[1:]
+		}
+		pr.mu.Unlock()
+	}
+}
+
+// once GETs the probe and returns how long the answer took (its timeout on failure or a
+// non-2xx answer).
+func (p *probes) once(ctx context.Context, slo qos.SLO) time.Duration {
+	timeout := p.timeout(slo)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, slo.Probe, nil)
+	if err != nil {
+		return timeout
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return timeout
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return timeout
+	}
+	return time.Since(start)
+}
+
+// latency is the median of a workload's recent probes; false before the first.
+func (p *probes) latency(name string) (time.Duration, bool) {
+	pr, ok := p.running[name]
+	if !ok {
+		return 0, false
+	}
+	pr.mu.Lock()
+	recent := slices.Clone(pr.recent)
+	pr.mu.Unlock()
+	if len(recent) == 0 {
+		return 0, false
+	}
+	slices.Sort(recent)
+	return recent[len(recent)/2], true
+}
+
+// stop ends every probe and waits for them.
+func (p *probes) stop() {
+	for name, pr := range p.running {
+		pr.cancel()
+		delete(p.running, name)
+	}
+	p.wg.Wait()
+	p.client.CloseIdleConnections()
+}
