@@ -38,9 +38,20 @@ type Workload struct {
 	// tidal's own workloads, whose names are unique while they run.
 	UID string
 
+	// CPU burst (issue 12).
+	// CPUBurstPercent is the workload's own CPU burst as a percentage of its CPU limit
+	// (tidalqos.io/cpu-burst-percent): 0 takes its tier's, NoBurst none, 1..100 that much.
+	CPUBurstPercent int32
+	// LimitMilliCPU is a pod's CPU limit as the kubelet set it on the pod's cgroup (the sum
+	// of its containers' limits when every one has one; 0: none). Its burst is sized on it.
+	LimitMilliCPU int64
+
 	// Usage, filled from the latest sample, for eviction ranking and status.
 	MemoryUsage int64
 }
+
+// NoBurst is the CPUBurstPercent that asks for no burst whatever the tier's.
+const NoBurst int32 = -1
 
 // Owner is who made a workload's cgroup and owns the settings tidal leaves alone.
 type Owner uint8
