@@ -177,7 +177,7 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		topo:      topo,
 		layout:    layout,
 		writer:    writer,
-		policy:    policy.Default(),
+		policy:    policy.Configured(cpuResource(cfg)),
 		idle:      writer.SupportsIdle(),
 		procDir:   procDir,
 		store:     state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),
@@ -226,6 +226,12 @@ func (c signalCgroups) Signal(cgroup string, sig syscall.Signal) (int, error) {
 	return c.writer.Signal(cgroup, sig)
 }
 func (c signalCgroups) Procs(cgroup string) ([]int, error) { return c.layout.Procs(cgroup, true) }
+
+// cpuResource is the policy's CPU dimension as configured (CPU burst per tier).
+func cpuResource(cfg config.Config) cpu.Resource {
+	b := cfg.CPU.BurstPercent
+	return cpu.Resource{Burst: cpu.Burst{System: int32(b.System), Dedicated: int32(b.Dedicated), Shared: int32(b.Shared)}}
+}
 
 func advisorConfig(cfg config.Config) advisor.Config {
 	return advisor.Config{

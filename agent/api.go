@@ -164,8 +164,11 @@ func (a *Agent) Status() reporter.Status {
 			LentMilliCPU: plan.ReclaimedMilliCPU[np.Node], OnlineMilliCPU: a.online[np.Node],
 		})
 	}
+	node := a.nodeLocked(plan)
 	for _, r := range snap.Workloads {
-		s.Workloads = append(s.Workloads, workloadStatus(r))
+		ws := workloadStatus(r)
+		ws.CPUBurstMilliCPU = max(a.policy.Decide(r.Workload, node).Settings.CPUBurst, 0)
+		s.Workloads = append(s.Workloads, ws)
 	}
 	sort.Slice(s.Workloads, func(i, j int) bool { return s.Workloads[i].Name < s.Workloads[j].Name })
 	return s

@@ -39,6 +39,15 @@ func (a *Agent) publish(snap state.Snapshot) {
 		byTier[string(r.Tier)]++
 	}
 	a.metrics.SetWorkloads(byTier)
+	node := a.nodeLocked(plan)
+	burst := map[string]int64{}
+	for _, t := range qos.AllTiers() {
+		burst[string(t)] = 0
+	}
+	for _, r := range snap.Workloads {
+		burst[string(r.Tier)] += max(a.policy.Decide(r.Workload, node).Settings.CPUBurst, 0)
+	}
+	a.metrics.SetCPUBurst(burst)
 	a.metrics.SetMetricsFresh(a.advisor.Primed())
 }
 

@@ -51,7 +51,7 @@ type Workload struct {
 }
 
 // NoBurst is the CPUBurstPercent that asks for no burst whatever the tier's.
-const NoBurst int32 = -1
+const NoBurst = qos.NoCPUBurst
 
 // Owner is who made a workload's cgroup and owns the settings tidal leaves alone.
 type Owner uint8

@@ -26,6 +26,10 @@ type Metrics struct {
 	metricsFresh prometheus.Gauge
 	hookCalls    *prometheus.CounterVec
 	hookDuration *prometheus.HistogramVec
+
+	// CPU burst and starvation eviction (issue 12).
+	cpuBurst   *prometheus.GaugeVec
+	cpuStarved prometheus.Gauge
 }
 
 // WriteCounts are the cgroup write path's counters by knob: writes, failed writes, and
@@ -83,6 +87,13 @@ func NewMetrics(writes WriteCounter) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14),
 		}, []string{"hook", "method"}),
 	}
+	m.cpuBurst = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tidal_cpu_burst_millicpu", Help: "CPU burst given to online workloads with a CPU limit, summed by tier, in millicores (cpu.cfs_burst_us, cpu.max.burst).",
+	}, []string{"tier"})
+	m.cpuStarved = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tidal_cpu_starved_workloads", Help: "Reclaimed workloads whose CPU satisfaction is below eviction.starvationFloor now (evicted once it lasts eviction.starvationWindow; counted in tidal_evictions_total{reason=\"cpu-starved\"}).",
+	})
+	m.registry.MustRegister(m.cpuBurst, m.cpuStarved)
 	m.registry.MustRegister(m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
 		m.evictions, m.loopDuration, m.metricsFresh, m.hookCalls, m.hookDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -147,6 +158,16 @@ func (m *Metrics) HookCall(hook, method, result string, d time.Duration) {
 	m.hookCalls.WithLabelValues(hook, method, result).Inc()
 	m.hookDuration.WithLabelValues(hook, method).Observe(d.Seconds())
 }
+
+// SetCPUBurst records the CPU burst given per tier, in millicores.
+func (m *Metrics) SetCPUBurst(byTier map[string]int64) {
+	for tier, v := range byTier {
+		m.cpuBurst.WithLabelValues(tier).Set(float64(v))
+	}
+}
+
+// SetCPUStarved records how many reclaimed workloads are starved of CPU now.
+func (m *Metrics) SetCPUStarved(n int) { m.cpuStarved.Set(float64(n)) }
 
 // SetMetricsFresh records whether node metrics are fresh.
 func (m *Metrics) SetMetricsFresh(fresh bool) {

@@ -108,6 +108,10 @@ type Workload struct {
 	// (NVIDIA_VISIBLE_DEVICES) so it sees no others.
 	GPUs []string          `json:"gpus,omitempty"`
 	Env  map[string]string `json:"env,omitempty"`
+
+	// CPU burst and starvation (issue 12).
+	// CPUBurstMilliCPU is the CPU burst it has above its CPU limit (0: none).
+	CPUBurstMilliCPU int64 `json:"cpuBurstMilliCPU,omitempty"`
 }
 
 // Action is a decision the agent took.

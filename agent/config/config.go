@@ -121,6 +121,18 @@ type CPU struct {
 	// SpikeThreshold: the fast path fires when online usage exceeds this
 	// fraction of the CPU online work has not lent out.
 	SpikeThreshold float64 `yaml:"spikeThreshold"`
+
+	// CPU burst (issue 12).
+	// BurstPercent is each online tier's CPU burst, a percentage (0..100) of a workload's
+	// CPU limit; a workload's tidalqos.io/cpu-burst-percent overrides it.
+	BurstPercent BurstPercent `yaml:"burstPercent"`
+}
+
+// BurstPercent is the CPU burst of each online tier. Reclaimed work never bursts.
+type BurstPercent struct {
+	System    int `yaml:"system"`
+	Dedicated int `yaml:"dedicated"`
+	Shared    int `yaml:"shared"`
 }
 
 // Memory configures how memory is lent and when reclaimed work is evicted.
@@ -239,6 +251,7 @@ func Default() Config {
 			GrowStepMilliCPU:     250,
 			PeakWindow:           30 * time.Second,
 			SpikeThreshold:       0.8,
+			BurstPercent:         BurstPercent{Shared: 50},
 		},
 		Memory: Memory{
 			ReservedSystemBytes:      1 * yamlconf.Gi,

@@ -61,6 +61,10 @@ cpu:
   growStepMilliCPU: 1000
   peakWindow: 1m
   spikeThreshold: 1
+  burstPercent:
+    system: 10
+    dedicated: 20
+    shared: 100
 memory:
   reservedSystemBytes: 2Gi
   minReclaimedBytes: 0
@@ -120,6 +124,7 @@ func fullExampleConfig() Config {
 			GrowStepMilliCPU:     1000,
 			PeakWindow:           time.Minute,
 			SpikeThreshold:       1,
+			BurstPercent:         BurstPercent{System: 10, Dedicated: 20, Shared: 100},
 		},
 		Memory: Memory{
 			ReservedSystemBytes:      2 * yamlconf.Gi,
@@ -298,7 +303,7 @@ func TestLoadNamesFile(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, memory, loops, eviction, status, arbiter, kubernetes, hooks"
-	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold"
+	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, burstPercent"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {
 		name string
@@ -332,6 +337,10 @@ func TestErrors(t *testing.T) {
 			"tidal.yaml:1: cpu: got 4: want a mapping with keys " + cpuKeys},
 		{"missing value", "stateDir:\n",
 			`tidal.yaml:1: stateDir: missing value: want an absolute path such as "/var/lib/tidal"`},
+		{"burst above the quota", "cpu:\n  burstPercent:\n    shared: 150\n",
+			`tidal.yaml:3: cpu.burstPercent.shared: 150 is out of range: want an integer in [0, 100] (a percentage of the CPU limit; the kernel takes no burst above it)`},
+		{"burst for reclaimed", "cpu:\n  burstPercent:\n    reclaimed: 10\n",
+			"tidal.yaml:3: cpu.burstPercent.reclaimed: unknown key: want one of system, dedicated, shared"},
 		{"out of range float", "cpu:\n  spikeThreshold: 1.7\n",
 			`tidal.yaml:2: cpu.spikeThreshold: 1.7 is out of range: want a number in (0, 1]`},
 		{"NaN", "cpu:\n  safetyMarginRatio: .nan\n",
@@ -436,7 +445,7 @@ loops:
 	want := []string{
 		`tidal.yaml:2: logLevel: "loud" is not allowed: want one of debug, info, warn, error`,
 		`tidal.yaml:4: cpu.spikeThreshold: 0 is out of range: want a number in (0, 1]`,
-		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold`,
+		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, burstPercent`,
 		`tidal.yaml:6: cpu.peakWindow: 10 is not a duration (a unit is required): want a duration >= 1s, such as "30s"`,
 		`tidal.yaml:8: memory.growStepBytes: "12X" is not a valid size (unknown suffix "X"): want a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`,
 		`tidal.yaml:10: loops.fastInterval: 5s is out of range: want a duration >= 1ms and < loops.slowInterval (1s)`,

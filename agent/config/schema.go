@@ -164,6 +164,12 @@ var schema = []*entry{
 			`a duration >= 1s, such as "30s"`, atLeast(time.Second)),
 		leaf("spikeThreshold", kindFloat, func(c *Config) *float64 { return &c.CPU.SpikeThreshold },
 			"a number in (0, 1]", inRange(0, 1, true)),
+		// CPU burst (issue 12).
+		section("burstPercent",
+			leaf("system", kindInt, func(c *Config) *int { return &c.CPU.BurstPercent.System }, burstWant, burstPercent),
+			leaf("dedicated", kindInt, func(c *Config) *int { return &c.CPU.BurstPercent.Dedicated }, burstWant, burstPercent),
+			leaf("shared", kindInt, func(c *Config) *int { return &c.CPU.BurstPercent.Shared }, burstWant, burstPercent),
+		),
 	),
 	section("memory",
 		leaf("reservedSystemBytes", kindSize, func(c *Config) *int64 { return &c.Memory.ReservedSystemBytes },
@@ -286,6 +292,11 @@ var schema = []*entry{
 			}),
 	),
 }
+
+// burstWant and burstPercent check a tier's CPU burst (issue 12).
+const burstWant = "an integer in [0, 100] (a percentage of the CPU limit; the kernel takes no burst above it)"
+
+func burstPercent(n int) bool { return n >= 0 && n <= 100 }
 
 // socketPath accepts an absolute path short enough for a unix socket address.
 func socketPath(s string) bool { return absPath(s) && len(s) < 108 }

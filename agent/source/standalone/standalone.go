@@ -32,14 +32,16 @@ var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
 
 // AdmitRequest asks the agent to manage a process as a workload (`tidal run`).
 type AdmitRequest struct {
-	Name            string   `json:"name"`
-	Tier            string   `json:"tier"`
-	ReclaimPriority *int32   `json:"reclaimPriority,omitempty"`
-	CPUs            int      `json:"cpus,omitempty"`
-	NUMABinding     bool     `json:"numaBinding,omitempty"`
-	MemoryBytes     int64    `json:"memoryBytes,omitempty"`
-	GPUs            int      `json:"gpus,omitempty"`
-	Queue           string   `json:"queue,omitempty"`
+	Name            string `json:"name"`
+	Tier            string `json:"tier"`
+	ReclaimPriority *int32 `json:"reclaimPriority,omitempty"`
+	CPUs            int    `json:"cpus,omitempty"`
+	NUMABinding     bool   `json:"numaBinding,omitempty"`
+	MemoryBytes     int64  `json:"memoryBytes,omitempty"`
+	GPUs            int    `json:"gpus,omitempty"`
+	Queue           string `json:"queue,omitempty"`
+	// CPUBurstPercent is --cpu-burst-percent (issue 12): a percentage of --cpus.
+	CPUBurstPercent *int32   `json:"cpuBurstPercent,omitempty"`
 	PID             int      `json:"pid"`
 	Command         []string `json:"command,omitempty"`
 }
@@ -205,6 +207,9 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	if req.ReclaimPriority != nil {
 		ann[qos.AnnotationReclaimPriority] = strconv.Itoa(int(*req.ReclaimPriority))
 	}
+	if req.CPUBurstPercent != nil {
+		ann[qos.AnnotationCPUBurstPercent] = strconv.Itoa(int(*req.CPUBurstPercent))
+	}
 	d := qos.Classify(qos.Metadata{Name: req.Name, Annotations: ann}, qos.Policy{})
 	if len(d.Problems) > 0 {
 		return state.Spec{}, refuse(400, "%v", errors.Join(d.Problems...))
@@ -212,7 +217,7 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	spec := state.Spec{Source: Name, GPUs: req.GPUs, Workload: plugins.Workload{
 		Name: req.Name, Tier: d.Tier, Cgroup: plugins.WorkloadPath(s.opts.Root, d.Tier, req.Name), Owner: plugins.OwnerTidal,
 		NUMABinding: d.NUMABinding, MemoryLimit: req.MemoryBytes, ReclaimPriority: d.ReclaimPriority, Queue: req.Queue,
-		Started: time.Now(),
+		Started: time.Now(), CPUBurstPercent: d.CPUBurstPercent,
 	}}
 	switch d.Tier {
 	case qos.Dedicated:
