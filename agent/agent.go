@@ -27,6 +27,7 @@ import (
 	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
+	"github.com/tidalqos/tidal/plugins/eviction"
 	pgpu "github.com/tidalqos/tidal/plugins/gpu"
 	"github.com/tidalqos/tidal/plugins/policy"
 	"github.com/tidalqos/tidal/reporter"
@@ -90,6 +91,12 @@ type Agent struct {
 	completedPasses atomic.Uint64
 	// fast is the fast path's window (its goroutine only).
 	fast fastWindow
+
+	// CPU starvation eviction (issue 12). starvation and schedPrev are the slow loop's;
+	// satisfaction (the latest figure of each reclaimed workload, for status) is under mu.
+	starvation   eviction.Starvation
+	schedPrev    map[string]schedReading
+	satisfaction map[string]float64
 
 	// poolsChanged wakes the NRI plugin's refresh when a pool's CPUs change.
 	poolsChanged chan struct{}
@@ -189,6 +196,9 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		evictors:  map[string]evict.Evictor{},
 
 		poolsChanged: make(chan struct{}, 1),
+
+		starvation: eviction.Starvation{Floor: cfg.Eviction.StarvationFloor, Window: cfg.Eviction.StarvationWindow},
+		schedPrev:  map[string]schedReading{},
 	}
 	if a.lease, err = newLeasing(cfg); err != nil {
 		return nil, err

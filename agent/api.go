@@ -168,6 +168,9 @@ func (a *Agent) Status() reporter.Status {
 	for _, r := range snap.Workloads {
 		ws := workloadStatus(r)
 		ws.CPUBurstMilliCPU = max(a.policy.Decide(r.Workload, node).Settings.CPUBurst, 0)
+		if v, ok := a.satisfaction[r.Name]; ok {
+			ws.CPUSatisfaction = &v
+		}
 		s.Workloads = append(s.Workloads, ws)
 	}
 	sort.Slice(s.Workloads, func(i, j int) bool { return s.Workloads[i].Name < s.Workloads[j].Name })

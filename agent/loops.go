@@ -95,6 +95,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 	if err == nil && fresh {
 		a.maybeEvictForMemory(ctx, s)
 	}
+	a.maybeEvictStarved(ctx, start)
 	a.observeGPUs(ctx, start)
 	a.enforceLease(ctx, start)
 	a.refreshChildren(snap)

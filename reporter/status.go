@@ -112,6 +112,9 @@ type Workload struct {
 	// CPU burst and starvation (issue 12).
 	// CPUBurstMilliCPU is the CPU burst it has above its CPU limit (0: none).
 	CPUBurstMilliCPU int64 `json:"cpuBurstMilliCPU,omitempty"`
+	// CPUSatisfaction is a reclaimed workload's latest CPU satisfaction: the share of the
+	// CPU time it was ready to run that it got (with eviction.starvationFloor set).
+	CPUSatisfaction *float64 `json:"cpuSatisfaction,omitempty"`
 }
 
 // Action is a decision the agent took.
@@ -151,7 +154,7 @@ func WriteText(w io.Writer, s Status) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%dm\t%dm\n", p.NUMANode, dash(p.System), dash(p.Dedicated), dash(p.Shared), dash(p.Reclaimed), p.LentMilliCPU, p.OnlineMilliCPU)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "WORKLOAD\tTIER\tSTATE\tPIDS\tCPU\tMEMORY\tCGROUP")
+	fmt.Fprintln(tw, "WORKLOAD\tTIER\tSTATE\tPIDS\tCPU\tCPU QOS\tMEMORY\tCGROUP")
 	ws := append([]Workload(nil), s.Workloads...)
 	sort.Slice(ws, func(i, j int) bool { return ws[i].Tier+ws[i].Name < ws[j].Tier+ws[j].Name })
 	for _, wl := range ws {
@@ -159,7 +162,7 @@ func WriteText(w io.Writer, s Status) error {
 		for _, p := range wl.PIDs {
 			pids = append(pids, fmt.Sprint(p))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dm\t%s\t%s\n", wl.Name, wl.Tier, wl.State, dash(strings.Join(pids, ",")), wl.MilliCPU, human(wl.MemoryBytes), wl.Cgroup)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dm\t%s\t%s\t%s\n", wl.Name, wl.Tier, wl.State, dash(strings.Join(pids, ",")), wl.MilliCPU, cpuQoS(wl), human(wl.MemoryBytes), wl.Cgroup)
 	}
 	if len(s.GPUs) > 0 {
 		fmt.Fprintln(tw)
@@ -174,6 +177,17 @@ func WriteText(w io.Writer, s Status) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Time.Format("15:04:05.000"), a.Kind, a.Reason)
 	}
 	return tw.Flush()
+}
+
+// cpuQoS is a workload's CPU burst or its CPU satisfaction, for the status table.
+func cpuQoS(wl Workload) string {
+	switch {
+	case wl.CPUBurstMilliCPU > 0:
+		return fmt.Sprintf("burst %dm", wl.CPUBurstMilliCPU)
+	case wl.CPUSatisfaction != nil:
+		return fmt.Sprintf("satisfied %.2f", *wl.CPUSatisfaction)
+	}
+	return "-"
 }
 
 func dash(s string) string {

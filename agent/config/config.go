@@ -177,6 +177,13 @@ type Eviction struct {
 	GracePeriod time.Duration `yaml:"gracePeriod"`
 	// CoolDown is the least time between two evictions.
 	CoolDown time.Duration `yaml:"coolDown"`
+
+	// Starvation eviction (issue 12).
+	// StarvationFloor: reclaimed work whose CPU satisfaction (CPU it got / CPU it was ready
+	// to run, within what it is allowed) stays under this for StarvationWindow is evicted;
+	// 0 turns it off.
+	StarvationFloor  float64       `yaml:"starvationFloor"`
+	StarvationWindow time.Duration `yaml:"starvationWindow"`
 }
 
 // Arbiter says where the node reports what it can lend and gets its lease.
@@ -273,6 +280,8 @@ func Default() Config {
 		Eviction: Eviction{
 			GracePeriod: 5 * time.Second,
 			CoolDown:    10 * time.Second,
+			// Starvation eviction (issue 12): off unless configured.
+			StarvationWindow: 10 * time.Minute,
 		},
 		Status: Status{
 			ActionHistory: 100,

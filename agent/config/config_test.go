@@ -83,6 +83,8 @@ loops:
 eviction:
   gracePeriod: 0s
   coolDown: 1m30s
+  starvationFloor: 0.1
+  starvationWindow: 5m
 status:
   actionHistory: 20
 arbiter:
@@ -143,7 +145,7 @@ func fullExampleConfig() Config {
 			PSIWindow:         time.Second,
 			PSITrigger:        false,
 		},
-		Eviction: Eviction{GracePeriod: 0, CoolDown: 90 * time.Second},
+		Eviction: Eviction{GracePeriod: 0, CoolDown: 90 * time.Second, StarvationFloor: 0.1, StarvationWindow: 5 * time.Minute},
 		Arbiter:  Arbiter{URL: "https://arbiter.example:9480", TokenFile: "/etc/tidal/token", ReportInterval: 30 * time.Second, NodeLabels: "pool=batch,zone=a"},
 		Status:   Status{ActionHistory: 20},
 		Kubernetes: Kubernetes{Kubeconfig: "/etc/kubernetes/tidal.conf", CgroupDriver: DriverSystemd, CgroupRoot: "/custom",
@@ -337,6 +339,10 @@ func TestErrors(t *testing.T) {
 			"tidal.yaml:1: cpu: got 4: want a mapping with keys " + cpuKeys},
 		{"missing value", "stateDir:\n",
 			`tidal.yaml:1: stateDir: missing value: want an absolute path such as "/var/lib/tidal"`},
+		{"starvation floor of 1", "eviction:\n  starvationFloor: 1\n",
+			`tidal.yaml:2: eviction.starvationFloor: 1 is out of range: want a number in [0, 1) (0: off)`},
+		{"starvation window under the slow loop", "eviction:\n  starvationWindow: 100ms\n",
+			`tidal.yaml:2: eviction.starvationWindow: 100ms is out of range: want a duration >= loops.slowInterval (1s), such as "10m"`},
 		{"burst above the quota", "cpu:\n  burstPercent:\n    shared: 150\n",
 			`tidal.yaml:3: cpu.burstPercent.shared: 150 is out of range: want an integer in [0, 100] (a percentage of the CPU limit; the kernel takes no burst above it)`},
 		{"burst for reclaimed", "cpu:\n  burstPercent:\n    reclaimed: 10\n",

@@ -230,6 +230,16 @@ var schema = []*entry{
 			`a duration >= 0, such as "5s"`, atLeast[time.Duration](0)),
 		leaf("coolDown", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.CoolDown },
 			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
+		// Starvation eviction (issue 12).
+		leaf("starvationFloor", kindFloat, func(c *Config) *float64 { return &c.Eviction.StarvationFloor },
+			"a number in [0, 1) (0: off)", func(f float64) bool { return f >= 0 && f < 1 }),
+		leaf("starvationWindow", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.StarvationWindow },
+			`a duration >= loops.slowInterval, such as "10m"`, nil).
+			cross(func(c *Config) bool {
+				return c.Eviction.StarvationWindow >= c.Loops.SlowInterval
+			}, func(c *Config) string {
+				return fmt.Sprintf("a duration >= loops.slowInterval (%v), such as \"10m\"", c.Loops.SlowInterval)
+			}, "loops.slowInterval"),
 	),
 	section("status",
 		leaf("actionHistory", kindInt, func(c *Config) *int { return &c.Status.ActionHistory },

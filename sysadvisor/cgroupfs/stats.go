@@ -49,24 +49,38 @@ func (l *Layout) MemoryUsage(rel string) (int64, error) {
 
 // Procs lists the processes in cgroup rel (and its descendants when recursive).
 func (l *Layout) Procs(rel string, recursive bool) ([]int, error) {
+	return l.ids(rel, recursive, "cgroup.procs")
+}
+
+// Threads lists the thread ids in cgroup rel (and with recursive its descendants): the
+// scheduler's per-thread counters (/proc/<tid>/schedstat) are read from them.
+func (l *Layout) Threads(rel string, recursive bool) ([]int, error) {
+	file := "tasks"
+	if l.Version == V2 {
+		file = "cgroup.threads"
+	}
+	return l.ids(rel, recursive, file)
+}
+
+func (l *Layout) ids(rel string, recursive bool, file string) ([]int, error) {
 	root := l.Dir("cpu", rel)
-	var pids []int
+	var ids []int
 	readOne := func(dir string) error {
-		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		data, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			return err
 		}
 		for _, f := range bytes.Fields(data) {
-			pid, err := strconv.Atoi(string(f))
+			id, err := strconv.Atoi(string(f))
 			if err != nil {
-				return fmt.Errorf("%s: %w", filepath.Join(dir, "cgroup.procs"), err)
+				return fmt.Errorf("%s: %w", filepath.Join(dir, file), err)
 			}
-			pids = append(pids, pid)
+			ids = append(ids, id)
 		}
 		return nil
 	}
 	if !recursive {
-		return pids, readOne(root)
+		return ids, readOne(root)
 	}
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -77,7 +91,7 @@ func (l *Layout) Procs(rel string, recursive bool) ([]int, error) {
 		}
 		return nil
 	})
-	return pids, err
+	return ids, err
 }
 
 // Children lists the names of the child cgroups of rel.
