@@ -64,7 +64,8 @@ func (a *Agent) sampleStarvation(now time.Time, snap state.Snapshot) []eviction.
 			continue
 		}
 		seen[r.Name] = true
-		sample := eviction.CPUSample{Workload: r.Workload, Unknown: true}
+		// What it asked for: its own cap (tidal run --cpus, a pod's reclaimed-millicpu).
+		sample := eviction.CPUSample{Workload: r.Workload, AskedMilli: r.Workload.MilliCPU, Unknown: true}
 		tids, err := a.layout.Threads(r.Cgroup, r.Owner.Foreign())
 		if err != nil {
 			delete(a.schedPrev, r.Name)

@@ -14,23 +14,29 @@ import (
 const MinDemandMilliCPU = 20
 
 // CPUSample is what one reclaimed workload got of the CPU over the last interval: the CPU
-// time it ran and the time it was runnable (ran or waited on a run queue), as millicores. Its
-// own quota (what it asked for, or what is lent) throttles it off the run queue, so time
-// spent throttled is not demand: satisfaction is measured against what it was allowed.
+// time it ran, the time it was ready to run (ran or waited on a run queue) and the CPU it
+// asked for (its own cap or request; 0: none), as millicores. Satisfaction is measured
+// against the smaller of what it was ready to run and what it asked for, so work held back
+// by its own cap is not starved; work held back by lending that stays small (an online
+// burner taking the node) is: that is what the trigger is for.
 type CPUSample struct {
-	Workload             plugins.Workload
-	GotMilli, ReadyMilli int64
+	Workload                         plugins.Workload
+	GotMilli, ReadyMilli, AskedMilli int64
 	// Unknown: no reading this time (a failed read, threads that came and went); its
 	// clock is neither started nor reset.
 	Unknown bool
 }
 
-// Satisfaction is the share of the CPU time it was ready to run that it got, in [0, 1].
+// Satisfaction is the CPU it got over the CPU it wanted (at most what it asked for), in [0, 1].
 func (s CPUSample) Satisfaction() float64 {
-	if s.ReadyMilli <= 0 {
+	want := s.ReadyMilli
+	if s.AskedMilli > 0 {
+		want = min(want, s.AskedMilli)
+	}
+	if want <= 0 {
 		return 1
 	}
-	return min(float64(s.GotMilli)/float64(s.ReadyMilli), 1)
+	return min(float64(s.GotMilli)/float64(want), 1)
 }
 
 // Starved is a reclaimed workload whose CPU satisfaction stayed under the floor.
@@ -43,9 +49,13 @@ type Starved struct {
 
 // Reason names the figures, for the action log, the Event and the log line.
 func (s Starved) Reason(floor float64, now time.Time) string {
-	return fmt.Sprintf("%s (priority %d): CPU satisfaction %.2f (got %dm of the %dm it was ready to run) below %.2f for %s",
+	asked := "no cap"
+	if s.Sample.AskedMilli > 0 {
+		asked = fmt.Sprintf("asked %dm", s.Sample.AskedMilli)
+	}
+	return fmt.Sprintf("%s (priority %d): CPU satisfaction %.2f (got %dm; ready to run %dm, %s) below %.2f for %s",
 		s.Workload.Name, s.Workload.ReclaimPriority, s.Sample.Satisfaction(), s.Sample.GotMilli, s.Sample.ReadyMilli,
-		floor, now.Sub(s.Since).Round(time.Second))
+		asked, floor, now.Sub(s.Since).Round(time.Second))
 }
 
 // Starvation finds reclaimed work starved of CPU for too long, so it can be evicted and run

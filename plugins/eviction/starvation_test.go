@@ -19,7 +19,9 @@ func reclaimed(name string, prio int32) plugins.Workload {
 func TestStarvation(t *testing.T) {
 	s := &Starvation{Floor: 0.2, Window: 10 * time.Second}
 	t0 := time.Unix(1000, 0)
-	starved := func(w plugins.Workload) CPUSample { return CPUSample{Workload: w, GotMilli: 5, ReadyMilli: 900} }
+	starved := func(w plugins.Workload) CPUSample {
+		return CPUSample{Workload: w, GotMilli: 5, ReadyMilli: 900, AskedMilli: 500}
+	}
 	fine := func(w plugins.Workload) CPUSample { return CPUSample{Workload: w, GotMilli: 500, ReadyMilli: 900} }
 	idle := func(w plugins.Workload) CPUSample { return CPUSample{Workload: w, GotMilli: 0, ReadyMilli: 10} }
 	high, low, flaky, sleepy := reclaimed("high", 9), reclaimed("low", 1), reclaimed("flaky", 0), reclaimed("sleepy", 0)
@@ -44,7 +46,7 @@ func TestStarvation(t *testing.T) {
 		t.Fatalf("due %v, want low (priority 1) then high (priority 9); flaky recovered, sleepy is idle, web is online", names)
 	}
 	reason := due[0].Reason(s.Floor, t0.Add(10*time.Second))
-	for _, want := range []string{"low (priority 1)", "satisfaction 0.01", "got 5m of the 900m", "below 0.20", "for 10s"} {
+	for _, want := range []string{"low (priority 1)", "satisfaction 0.01", "got 5m; ready to run 900m, asked 500m", "below 0.20", "for 10s"} {
 		if !strings.Contains(reason, want) {
 			t.Errorf("reason %q lacks %q", reason, want)
 		}
@@ -53,6 +55,12 @@ func TestStarvation(t *testing.T) {
 	step(11*time.Second, starved(low))
 	if due, _ := step(12*time.Second, starved(low), starved(high)); len(due) != 1 || due[0].Workload.Name != "low" {
 		t.Errorf("high came back and was due at once: %v", due)
+	}
+	// Work that gets all it asked for is satisfied however much more it was ready to run
+	// (a kernel may count time throttled by its own cap as waiting).
+	capped := CPUSample{Workload: low, GotMilli: 100, ReadyMilli: 2000, AskedMilli: 100}
+	if got := capped.Satisfaction(); got != 1 {
+		t.Errorf("satisfaction of work getting all it asked for = %.2f, want 1", got)
 	}
 	// Off: a zero floor judges nothing.
 	off := &Starvation{Window: time.Second}
