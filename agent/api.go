@@ -167,7 +167,8 @@ func (a *Agent) Status() reporter.Status {
 	node := a.nodeLocked(plan)
 	for _, r := range snap.Workloads {
 		ws := workloadStatus(r)
-		ws.CPUBurstMilliCPU = max(a.policy.Decide(r.Workload, node).Settings.CPUBurst, 0)
+		d := a.policy.Decide(r.Workload, node).Settings
+		ws.CPUBurstMilliCPU, ws.CPUBurstPercent = max(d.CPUBurst, 0), d.CPUBurstPercent
 		if v, ok := a.satisfaction[r.Name]; ok {
 			ws.CPUSatisfaction = &v
 		}

@@ -40,12 +40,14 @@ func (a *Agent) publish(snap state.Snapshot) {
 	}
 	a.metrics.SetWorkloads(byTier)
 	node := a.nodeLocked(plan)
-	burst := map[string]int64{}
+	burst := map[string]int{}
 	for _, t := range qos.AllTiers() {
 		burst[string(t)] = 0
 	}
 	for _, r := range snap.Workloads {
-		burst[string(r.Tier)] += max(a.policy.Decide(r.Workload, node).Settings.CPUBurst, 0)
+		if s := a.policy.Decide(r.Workload, node).Settings; s.CPUBurst > 0 || s.CPUBurstPercent > 0 {
+			burst[string(r.Tier)]++
+		}
 	}
 	a.metrics.SetCPUBurst(burst)
 	a.metrics.SetMetricsFresh(a.advisor.Primed())

@@ -100,3 +100,37 @@ func TestBurstV2FileAndMissingFile(t *testing.T) {
 		}
 	}
 }
+
+// A pod's burst is a share of the quota the kubelet gave each of its cgroups, read from the
+// kernel; a cgroup without a quota gets none.
+func TestBurstOfSomeoneElsesQuota(t *testing.T) {
+	l := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, l)
+	file := "cpu.cfs_burst_us"
+	if l.Version == cgroupfs.V2 {
+		file = "cpu.max.burst"
+	}
+	w := newWriter(t, l)
+	pod, limited, unlimited := root+"/kubepods/podA", root+"/kubepods/podA/c1", root+"/kubepods/podA/c2"
+	// The "kubelet" makes the pod's cgroups and quotas.
+	if err := w.Apply([]plugins.Cgroup{{Path: root}, {Path: root + "/kubepods"},
+		{Path: pod, Settings: plugins.Settings{CPUQuota: 1500}},
+		{Path: limited, Settings: plugins.Settings{CPUQuota: 500}},
+		{Path: unlimited, Settings: plugins.Settings{CPUQuota: plugins.Unlimited}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Dir("cpu", pod), file)); err != nil {
+		isolationtest.Unavailable(t, "this kernel has no %s: %v", file, err)
+	}
+	tidal := newWriter(t, l)
+	burst := plugins.Settings{CPUBurstPercent: 40}
+	if err := tidal.Apply([]plugins.Cgroup{{Path: pod, Foreign: true, Settings: burst},
+		{Path: limited, Foreign: true, Settings: burst}, {Path: unlimited, Foreign: true, Settings: burst}}); err != nil {
+		t.Fatal(err)
+	}
+	for cgroup, want := range map[string]string{pod: "60000", limited: "20000", unlimited: "0"} {
+		if got := read(t, l, "cpu", cgroup, file); got != want {
+			t.Errorf("%s %s = %s, want %s", cgroup, file, got, want)
+		}
+	}
+}

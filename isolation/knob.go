@@ -74,6 +74,17 @@ func wanted(s plugins.Settings) map[knob]string {
 	return w
 }
 
+// burstOfQuota is pct percent of a canonical quota ("50000", "50000/20000", "-1"), as the
+// burst file takes it; ok is false when there is no quota to burst above.
+func burstOfQuota(quota string, pct int32) (string, bool) {
+	q, _, _ := strings.Cut(quota, "/")
+	n, err := strconv.ParseInt(q, 10, 64)
+	if err != nil || n <= 0 {
+		return "", false
+	}
+	return strconv.FormatInt(n*int64(pct)/100, 10), true
+}
+
 // optional knobs are files a stock kernel may lack (cpu.cfs_burst_us and cpu.max.burst came
 // in Linux 5.14): without the file the knob is skipped, not an error.
 func (k knob) optional() bool { return k == knobBurst }

@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/tidalqos/tidal/isolation/translate"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
@@ -107,6 +108,15 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 			continue
 		}
 		wants[i] = wanted(n.Settings)
+		if pct := translate.ToCgroup(n.Settings).BurstPercent; pct > 0 && !w.absent[knobBurst] {
+			// Sized on the quota the cgroup has (the kubelet's), as last read: a quota the
+			// owner changes is seen again at the next Forget.
+			if q, err := w.current(n.Path, knobQuota); err == nil {
+				if b, ok := burstOfQuota(q, pct); ok {
+					wants[i][knobBurst] = b
+				}
+			}
+		}
 		for k, v := range wants[i] {
 			if w.absent[k] {
 				delete(wants[i], k)

@@ -43,6 +43,10 @@ type Settings struct {
 	// in one period out of what it left unused before (at most its quota: the kernel
 	// refuses more). BurstOff writes none; 0 leaves the file as it is.
 	CPUBurst int64
+	// CPUBurstPercent is the burst as a percentage of the quota the cgroup has, for cgroups
+	// whose quota is someone else's (a pod's and its containers', set by the kubelet): the
+	// writer sizes it on the quota it reads. 0 leaves it to CPUBurst.
+	CPUBurstPercent int32
 }
 
 // BurstOff is the CPUBurst that clears a cgroup's burst.

@@ -42,9 +42,6 @@ type Workload struct {
 	// CPUBurstPercent is the workload's own CPU burst as a percentage of its CPU limit
 	// (tidalqos.io/cpu-burst-percent): 0 takes its tier's, NoBurst none, 1..100 that much.
 	CPUBurstPercent int32
-	// LimitMilliCPU is a pod's CPU limit as the kubelet set it on the pod's cgroup (the sum
-	// of its containers' limits when every one has one; 0: none). Its burst is sized on it.
-	LimitMilliCPU int64
 
 	// Usage, filled from the latest sample, for eviction ranking and status.
 	MemoryUsage int64

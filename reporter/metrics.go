@@ -88,7 +88,7 @@ func NewMetrics(writes WriteCounter) *Metrics {
 		}, []string{"hook", "method"}),
 	}
 	m.cpuBurst = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "tidal_cpu_burst_millicpu", Help: "CPU burst given to online workloads with a CPU limit, summed by tier, in millicores (cpu.cfs_burst_us, cpu.max.burst).",
+		Name: "tidal_cpu_burst_workloads", Help: "Online workloads given a CPU burst above their CPU limit (cpu.cfs_burst_us, cpu.max.burst), by tier.",
 	}, []string{"tier"})
 	m.cpuStarved = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tidal_cpu_starved_workloads", Help: "Reclaimed workloads whose CPU satisfaction is below eviction.starvationFloor now (evicted once it lasts eviction.starvationWindow; counted in tidal_evictions_total{reason=\"cpu-starved\"}).",
@@ -159,8 +159,8 @@ func (m *Metrics) HookCall(hook, method, result string, d time.Duration) {
 	m.hookDuration.WithLabelValues(hook, method).Observe(d.Seconds())
 }
 
-// SetCPUBurst records the CPU burst given per tier, in millicores.
-func (m *Metrics) SetCPUBurst(byTier map[string]int64) {
+// SetCPUBurst records how many workloads of each tier have a CPU burst.
+func (m *Metrics) SetCPUBurst(byTier map[string]int) {
 	for tier, v := range byTier {
 		m.cpuBurst.WithLabelValues(tier).Set(float64(v))
 	}

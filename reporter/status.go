@@ -110,8 +110,10 @@ type Workload struct {
 	Env  map[string]string `json:"env,omitempty"`
 
 	// CPU burst and starvation (issue 12).
-	// CPUBurstMilliCPU is the CPU burst it has above its CPU limit (0: none).
+	// CPUBurstMilliCPU is the CPU burst it has above the CPU limit tidal sets (0: none);
+	// CPUBurstPercent a pod's, as a share of each of its cgroups' quota (the kubelet's).
 	CPUBurstMilliCPU int64 `json:"cpuBurstMilliCPU,omitempty"`
+	CPUBurstPercent  int32 `json:"cpuBurstPercentOfQuota,omitempty"`
 	// CPUSatisfaction is a reclaimed workload's latest CPU satisfaction: the share of the
 	// CPU time it was ready to run that it got (with eviction.starvationFloor set).
 	CPUSatisfaction *float64 `json:"cpuSatisfaction,omitempty"`
@@ -184,6 +186,8 @@ func cpuQoS(wl Workload) string {
 	switch {
 	case wl.CPUBurstMilliCPU > 0:
 		return fmt.Sprintf("burst %dm", wl.CPUBurstMilliCPU)
+	case wl.CPUBurstPercent > 0:
+		return fmt.Sprintf("burst %d%%", wl.CPUBurstPercent)
 	case wl.CPUSatisfaction != nil:
 		return fmt.Sprintf("satisfied %.2f", *wl.CPUSatisfaction)
 	}

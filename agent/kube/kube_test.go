@@ -189,23 +189,3 @@ func TestDamper(t *testing.T) {
 		t.Error("a fall to zero is due")
 	}
 }
-
-// A pod's CPU limit is the sum of its containers' when every one has one (the kubelet then
-// sets it on the pod's cgroup), an init container's if larger; else none.
-func TestLimitMilliCPU(t *testing.T) {
-	lim := func(q string) corev1.ResourceList {
-		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)}
-	}
-	pod := func(cs ...corev1.Container) *corev1.Pod { return &corev1.Pod{Spec: corev1.PodSpec{Containers: cs}} }
-	if got := LimitMilliCPU(pod(container(nil, lim("500m")), container(nil, lim("1500m")))); got != 2000 {
-		t.Errorf("two limits: %dm, want 2000m", got)
-	}
-	if got := LimitMilliCPU(pod(container(nil, lim("500m")), container(nil, nil))); got != 0 {
-		t.Errorf("one container without a limit: %dm, want none", got)
-	}
-	p := pod(container(nil, lim("1")))
-	p.Spec.InitContainers = []corev1.Container{container(nil, lim("3"))}
-	if got := LimitMilliCPU(p); got != 3000 {
-		t.Errorf("a larger init container: %dm, want 3000m", got)
-	}
-}

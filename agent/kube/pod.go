@@ -98,26 +98,6 @@ func Finished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-// LimitMilliCPU is the CPU limit the kubelet sets on a pod's cgroup, in millicores: the sum of
-// its containers' limits (or an init container's if larger) when every container has one,
-// else 0 (no pod-level limit).
-func LimitMilliCPU(pod *corev1.Pod) int64 {
-	var sum int64
-	for _, c := range pod.Spec.Containers {
-		q, ok := c.Resources.Limits[corev1.ResourceCPU]
-		if !ok || q.IsZero() {
-			return 0
-		}
-		sum += q.MilliValue()
-	}
-	for _, c := range pod.Spec.InitContainers {
-		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
-			sum = max(sum, q.MilliValue())
-		}
-	}
-	return sum
-}
-
 // RequestMilli is a pod's request of a resource in thousandths (millicores for CPU).
 func RequestMilli(pod *corev1.Pod, name corev1.ResourceName) int64 {
 	q := Request(pod, name)

@@ -26,9 +26,6 @@ type PodInfo struct {
 	Cgroup  string
 	// MilliCPU is the pod's CPU request: a dedicated pod gets it in whole cores.
 	MilliCPU int64
-	// LimitMilliCPU is the CPU limit the kubelet puts on the pod's cgroup (0: none): its
-	// CPU burst is sized on it.
-	LimitMilliCPU int64
 	// ReclaimedMilliCPU and ReclaimedMemory are what a reclaimed pod asked of the lent
 	// resources: they cap it under what the node lends.
 	ReclaimedMilliCPU int64
@@ -49,7 +46,7 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 	spec := state.Spec{Source: sourceName, Origin: string(d.Source), Terminating: p.Terminating, Workload: plugins.Workload{
 		Name: p.Meta.Name, UID: p.UID, Tier: d.Tier, Cgroup: p.Cgroup, Owner: plugins.OwnerKubelet,
 		NUMABinding: d.NUMABinding, ReclaimPriority: d.ReclaimPriority, Started: p.Created,
-		CPUBurstPercent: d.CPUBurstPercent, LimitMilliCPU: p.LimitMilliCPU,
+		CPUBurstPercent: d.CPUBurstPercent,
 	}}
 	if p.Pinned != nil {
 		// The kubelet's CPU manager pinned this pod: its cores are taken whatever its tier,

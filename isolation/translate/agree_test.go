@@ -104,7 +104,6 @@ func TestCgroupCRIAndNRIAgree(t *testing.T) {
 						}
 						if capped {
 							w.MilliCPU, w.MemoryLimit = 5, 1<<30 // 5m: under the kernel's 1 ms floor
-							w.LimitMilliCPU = 2000
 						}
 						name := fmt.Sprintf("%s/idle=%v/v2=%v/capped=%v/owner=%v", tier, idle, v2, capped, owner)
 						t.Run(name, func(t *testing.T) {

@@ -43,6 +43,9 @@ type Cgroup struct {
 	// Burst is the CFS burst in µs per PeriodMicros (cpu.cfs_burst_us, cpu.max.burst); -1
 	// clears it (writes 0).
 	Burst int64
+	// BurstPercent sizes the burst on the quota the cgroup has (someone else's): the writer
+	// reads it. 0: Burst says.
+	BurstPercent int32
 }
 
 // ToCgroup is what the writer puts in a cgroup for s.
@@ -62,6 +65,9 @@ func ToCgroup(s plugins.Settings) Cgroup {
 		c.Memory = max(s.MemoryLimit, plugins.Unlimited)
 	}
 	c.Burst = BurstMicros(s.CPUBurst)
+	if s.CPUBurstPercent > 0 {
+		c.Burst, c.BurstPercent = 0, min(s.CPUBurstPercent, 100)
+	}
 	return c
 }
 
@@ -147,7 +153,8 @@ type Container struct {
 // it goes as unified cpu.max.burst, but only beside a quota s sets itself (the kernel
 // refuses a burst above the quota, and a container's quota is otherwise the kubelet's); a
 // cleared burst is not passed, as the kernel starts every cgroup with none and a runtime
-// would fail the container on a kernel without the file. On v1 the agent writes the pod's.
+// would fail the container on a kernel without the file. A burst sized on the kubelet's
+// quota (BurstPercent) the agent writes on the pod's and its containers' cgroups.
 func ToContainer(s plugins.Settings, cgroupV2 bool) Container {
 	cg := ToCgroup(s)
 	c := Container{CPUs: cg.CPUs, Mems: cg.Mems, Shares: cg.Shares, Quota: cg.Quota, Memory: cg.Memory}

@@ -20,23 +20,25 @@ func TestBurst(t *testing.T) {
 		name  string
 		w     plugins.Workload
 		burst int64
+		pct   int32
 	}{
-		{"shared with a cap: the tier's percent of it", plugins.Workload{Tier: qos.Shared, MilliCPU: 2000, Owner: tidal}, 1000},
-		{"its own percent wins", plugins.Workload{Tier: qos.Shared, MilliCPU: 2000, CPUBurstPercent: 100, Owner: tidal}, 2000},
-		{"its own none wins", plugins.Workload{Tier: qos.Shared, MilliCPU: 2000, CPUBurstPercent: plugins.NoBurst, Owner: tidal}, plugins.BurstOff},
-		{"never above the quota", plugins.Workload{Tier: qos.Shared, MilliCPU: 2000, CPUBurstPercent: 400, Owner: tidal}, 2000},
-		{"shared without a cap: left", plugins.Workload{Tier: qos.Shared, Owner: tidal}, 0},
-		{"a pod: the kubelet's limit", plugins.Workload{Tier: qos.System, LimitMilliCPU: 3000, Owner: pod}, 300},
-		{"a pod without a limit: left", plugins.Workload{Tier: qos.Dedicated, DedicatedCPUs: cpuset.New(3), Owner: pod}, 0},
-		{"a dedicated pod with a limit", plugins.Workload{Tier: qos.Dedicated, DedicatedCPUs: cpuset.New(3), LimitMilliCPU: 1000, Owner: pod}, 200},
-		{"reclaimed never", plugins.Workload{Tier: qos.Reclaimed, MilliCPU: 500, CPUBurstPercent: 100, Owner: tidal}, plugins.BurstOff},
-		{"a reclaimed pod never", plugins.Workload{Tier: qos.Reclaimed, LimitMilliCPU: 500, CPUBurstPercent: 100, Owner: pod}, plugins.BurstOff},
+		{"shared with a cap: the tier's percent of it", plugins.Workload{Tier: qos.Shared, MilliCPU: 2000, Owner: tidal}, 1000, 0},
+		{"its own percent wins", plugins.Workload{Tier: qos.Shared, MilliCPU: 2000, CPUBurstPercent: 100, Owner: tidal}, 2000, 0},
+		{"its own none wins", plugins.Workload{Tier: qos.Shared, MilliCPU: 2000, CPUBurstPercent: plugins.NoBurst, Owner: tidal}, plugins.BurstOff, 0},
+		{"never above the quota", plugins.Workload{Tier: qos.Shared, MilliCPU: 2000, CPUBurstPercent: 400, Owner: tidal}, 2000, 0},
+		{"shared without a cap: left", plugins.Workload{Tier: qos.Shared, Owner: tidal}, 0, 0},
+		{"a pod: a share of the kubelet's quota", plugins.Workload{Tier: qos.System, Owner: pod}, 0, 10},
+		{"a pod's own percent", plugins.Workload{Tier: qos.Shared, CPUBurstPercent: 80, Owner: pod}, 0, 80},
+		{"a pod's own none", plugins.Workload{Tier: qos.Shared, CPUBurstPercent: plugins.NoBurst, Owner: pod}, plugins.BurstOff, 0},
+		{"a dedicated pod", plugins.Workload{Tier: qos.Dedicated, DedicatedCPUs: cpuset.New(3), Owner: pod}, 0, 20},
+		{"reclaimed never", plugins.Workload{Tier: qos.Reclaimed, MilliCPU: 500, CPUBurstPercent: 100, Owner: tidal}, plugins.BurstOff, 0},
+		{"a reclaimed pod never", plugins.Workload{Tier: qos.Reclaimed, CPUBurstPercent: 100, Owner: pod}, plugins.BurstOff, 0},
 	}
 	for _, c := range cases {
 		var d plugins.Decision
 		r.Decide(c.w, n, &d)
-		if d.Settings.CPUBurst != c.burst {
-			t.Errorf("%s: burst %d, want %d", c.name, d.Settings.CPUBurst, c.burst)
+		if d.Settings.CPUBurst != c.burst || d.Settings.CPUBurstPercent != c.pct {
+			t.Errorf("%s: burst %dm / %d%%, want %dm / %d%%", c.name, d.Settings.CPUBurst, d.Settings.CPUBurstPercent, c.burst, c.pct)
 		}
 	}
 	tree := plugins.NewTree("tidal", nil, nil)

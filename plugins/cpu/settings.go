@@ -113,7 +113,7 @@ func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision
 			s.CPUQuota = min(n.LentMilliCPU, w.MilliCPU)
 		}
 	}
-	s.CPUBurst = r.burst(w, s.CPUQuota)
+	s.CPUBurst, s.CPUBurstPercent = r.burst(w, s.CPUQuota)
 	if w.Owner.Foreign() && w.Tier != qos.Reclaimed {
 		s.CPUQuota = 0 // an online pod's CPU limit is the kubelet's
 	}
@@ -123,28 +123,29 @@ func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision
 	}
 }
 
-// burst is a workload's CPU burst in millicores over its limit: the quota tidal sets, or a
-// pod's the kubelet set. Its own percentage wins over its tier's. A workload without a limit
-// has nothing to burst above and its burst is left alone; reclaimed work has none.
-func (r Resource) burst(w plugins.Workload, quota int64) int64 {
+// burst is a workload's CPU burst over its limit: in millicores over the quota tidal sets, or
+// for a pod (whose quotas are the kubelet's) as a percentage the writer sizes on each of its
+// cgroups' quota. Its own percentage wins over its tier's. A workload of tidal's without a
+// quota has nothing to burst above and its burst is left alone; reclaimed work has none.
+func (r Resource) burst(w plugins.Workload, quota int64) (milli int64, pct int32) {
 	if w.Tier == qos.Reclaimed {
-		return plugins.BurstOff
+		return plugins.BurstOff, 0
 	}
-	limit := max(quota, 0)
-	if w.Owner.Foreign() {
-		limit = w.LimitMilliCPU
+	if !w.Owner.Foreign() && quota <= 0 {
+		return 0, 0
 	}
-	if limit <= 0 {
-		return 0
-	}
-	pct := r.Burst.percent(w.Tier)
+	pct = r.Burst.percent(w.Tier)
 	if w.CPUBurstPercent != 0 {
 		pct = max(w.CPUBurstPercent, 0)
 	}
-	if pct <= 0 {
-		return plugins.BurstOff
+	pct = min(pct, MaxBurstPercent)
+	switch {
+	case pct <= 0:
+		return plugins.BurstOff, 0
+	case w.Owner.Foreign():
+		return 0, pct
 	}
-	return limit * int64(min(pct, MaxBurstPercent)) / 100
+	return quota * int64(pct) / 100, 0
 }
 
 // systemPool is where system work runs: the reserved CPUs, else (none reserved) the shared pool.

@@ -196,7 +196,6 @@ func (s *Source) sync(pod *corev1.Pod) {
 		Meta: kube.Metadata(pod), UID: string(pod.UID), Created: pod.CreationTimestamp.Time,
 		Cgroup:            layout.Pod(kube.QOSClass(pod), pod.UID),
 		MilliCPU:          kube.RequestMilli(pod, corev1.ResourceCPU),
-		LimitMilliCPU:     kube.LimitMilliCPU(pod),
 		ReclaimedMilliCPU: kube.RequestValue(pod, kube.ResourceReclaimedMilliCPU),
 		ReclaimedMemory:   kube.RequestValue(pod, kube.ResourceReclaimedMemory),
 		Pinned:            pinned,
