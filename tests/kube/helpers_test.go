@@ -280,8 +280,15 @@ func (n *kubeNode) runPod(pod *corev1.Pod, args ...string) *runningPod {
 	// The agent may shrink the pod cgroup's cpuset between the container cgroup's mkdir and
 	// the copy of its parent's cpus into it (v1 then refuses the copy with EACCES); the
 	// kubelet retries such a failure the same way.
+	// A CPU limit is a quota on the container's cgroup and, when every container has one, on
+	// the pod's (the sum), as the kubelet sets them; this pod has one container.
+	var quota int64
+	if q, ok := created.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU]; ok && len(created.Spec.Containers) == 1 {
+		quota = q.MilliValue()
+	}
 	eventually(n.t, 5*time.Second, "create the cgroups of "+created.Name, func() error {
-		return n.writer.Apply([]plugins.Cgroup{{Path: p.cgroup}, {Path: p.container}})
+		return n.writer.Apply([]plugins.Cgroup{{Path: p.cgroup, Settings: plugins.Settings{CPUQuota: quota}},
+			{Path: p.container, Settings: plugins.Settings{CPUQuota: quota}}})
 	})
 	if len(args) > 0 {
 		p.cmd = n.runPodProcess(p, args...)
