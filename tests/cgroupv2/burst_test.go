@@ -1,6 +1,7 @@
 package cgroupv2
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/tidalqos/tidal/isolation/isolationtest"
@@ -32,5 +33,22 @@ func TestV2CPUBurst(t *testing.T) {
 	}
 	if n := w.Stats().Errors["cpu.burst"]; n != 0 {
 		t.Errorf("%d failed burst writes", n)
+	}
+}
+
+// The threads of a cgroup (cgroup.threads), which the starvation trigger reads the
+// scheduler's counters of, include a process's every thread.
+func TestV2Threads(t *testing.T) {
+	l := unified(t)
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	leaf := root + "/reclaimed/batch"
+	p := sleeper(t)
+	if err := w.Attach(leaf, p.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	tids, err := l.Threads(root, true)
+	if err != nil || !slices.Contains(tids, p.Process.Pid) {
+		t.Fatalf("threads under %s: %v, %v; want the sleeper %d", root, tids, err, p.Process.Pid)
 	}
 }

@@ -88,7 +88,7 @@ func TestAgentsManageOnlyTheirOwnPods(t *testing.T) {
 
 	batch := a.runPod(newPod("batch", map[string]string{"tidalqos.io/qos-level": "reclaimed", "tidalqos.io/reclaim-priority": "3"},
 		corev1.ResourceList{reclaimedMilliCPU: resource.MustParse("500")}), "workload", "burner", "--threads", "1")
-	web := a.runPod(newPod("web", map[string]string{"tidalqos.io/cpu-burst-percent": "30"}, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}))
+	web := a.runLimitedPod(newPod("web", map[string]string{"tidalqos.io/cpu-burst-percent": "30"}, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}))
 	dbPod := newPod("db", map[string]string{"tidalqos.io/qos-level": "dedicated"},
 		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")})
 	dbPod.Namespace = "prod"

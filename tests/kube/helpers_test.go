@@ -254,8 +254,22 @@ type runningPod struct {
 }
 
 // runPod creates the pod bound to this node, makes its cgroups the kubelet's way and starts
-// args (a tidal workload) in its container, moved there before it runs anything.
+// args (a tidal workload) in its container, moved there before it runs anything. Its cgroups
+// get no CPU quota (see runLimitedPod).
 func (n *kubeNode) runPod(pod *corev1.Pod, args ...string) *runningPod {
+	n.t.Helper()
+	return n.runPodQuota(pod, 0, args...)
+}
+
+// runLimitedPod is runPod with the CPU quota the kubelet sets for the pod's one container's
+// CPU limit, on the pod's cgroup and the container's.
+func (n *kubeNode) runLimitedPod(pod *corev1.Pod, args ...string) *runningPod {
+	n.t.Helper()
+	q := pod.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU]
+	return n.runPodQuota(pod, q.MilliValue(), args...)
+}
+
+func (n *kubeNode) runPodQuota(pod *corev1.Pod, quota int64, args ...string) *runningPod {
 	n.t.Helper()
 	pod.Spec.NodeName = n.name
 	if pod.Namespace == "" {
@@ -280,12 +294,6 @@ func (n *kubeNode) runPod(pod *corev1.Pod, args ...string) *runningPod {
 	// The agent may shrink the pod cgroup's cpuset between the container cgroup's mkdir and
 	// the copy of its parent's cpus into it (v1 then refuses the copy with EACCES); the
 	// kubelet retries such a failure the same way.
-	// A CPU limit is a quota on the container's cgroup and, when every container has one, on
-	// the pod's (the sum), as the kubelet sets them; this pod has one container.
-	var quota int64
-	if q, ok := created.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU]; ok && len(created.Spec.Containers) == 1 {
-		quota = q.MilliValue()
-	}
 	eventually(n.t, 5*time.Second, "create the cgroups of "+created.Name, func() error {
 		return n.writer.Apply([]plugins.Cgroup{{Path: p.cgroup, Settings: plugins.Settings{CPUQuota: quota}},
 			{Path: p.container, Settings: plugins.Settings{CPUQuota: quota}}})
