@@ -27,6 +27,7 @@ import (
 	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
+	"github.com/tidalqos/tidal/plugins/eviction"
 	pgpu "github.com/tidalqos/tidal/plugins/gpu"
 	"github.com/tidalqos/tidal/plugins/policy"
 	"github.com/tidalqos/tidal/reporter"
@@ -92,6 +93,12 @@ type Agent struct {
 	completedPasses atomic.Uint64
 	// fast is the fast path's window (its goroutine only).
 	fast fastWindow
+
+	// CPU starvation eviction (issue 12). starvation and schedPrev are the slow loop's;
+	// satisfaction (the latest figure of each reclaimed workload, for status) is under mu.
+	starvation   eviction.Starvation
+	schedPrev    map[string]schedReading
+	satisfaction map[string]float64
 
 	// poolsChanged wakes the NRI plugin's refresh when a pool's CPUs change.
 	poolsChanged chan struct{}
@@ -179,7 +186,7 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		topo:      topo,
 		layout:    layout,
 		writer:    writer,
-		policy:    policy.Default(),
+		policy:    policy.Configured(cpuResource(cfg)),
 		idle:      writer.SupportsIdle(),
 		procDir:   procDir,
 		store:     state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),
@@ -191,6 +198,9 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		evictors:  map[string]evict.Evictor{},
 
 		poolsChanged: make(chan struct{}, 1),
+
+		starvation: eviction.Starvation{Floor: cfg.Eviction.StarvationFloor, Window: cfg.Eviction.StarvationWindow},
+		schedPrev:  map[string]schedReading{},
 	}
 	if a.lease, err = newLeasing(cfg); err != nil {
 		return nil, err
@@ -228,6 +238,12 @@ func (c signalCgroups) Signal(cgroup string, sig syscall.Signal) (int, error) {
 	return c.writer.Signal(cgroup, sig)
 }
 func (c signalCgroups) Procs(cgroup string) ([]int, error) { return c.layout.Procs(cgroup, true) }
+
+// cpuResource is the policy's CPU dimension as configured (CPU burst per tier).
+func cpuResource(cfg config.Config) cpu.Resource {
+	b := cfg.CPU.BurstPercent
+	return cpu.Resource{Burst: cpu.Burst{System: int32(b.System), Dedicated: int32(b.Dedicated), Shared: int32(b.Shared)}}
+}
 
 func advisorConfig(cfg config.Config) advisor.Config {
 	return advisor.Config{

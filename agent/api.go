@@ -165,8 +165,15 @@ func (a *Agent) Status() reporter.Status {
 			Control: a.controlStatusLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]),
 		})
 	}
+	node := a.nodeLocked(plan)
 	for _, r := range snap.Workloads {
-		s.Workloads = append(s.Workloads, workloadStatus(r))
+		ws := workloadStatus(r)
+		d := a.policy.Decide(r.Workload, node).Settings
+		ws.CPUBurstMilliCPU, ws.CPUBurstPercent = max(d.CPUBurst, 0), d.CPUBurstPercent
+		if v, ok := a.satisfaction[r.Name]; ok {
+			ws.CPUSatisfaction = &v
+		}
+		s.Workloads = append(s.Workloads, ws)
 	}
 	sort.Slice(s.Workloads, func(i, j int) bool { return s.Workloads[i].Name < s.Workloads[j].Name })
 	return s

@@ -95,6 +95,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 	if err == nil && fresh {
 		a.maybeEvictForMemory(ctx, s)
 	}
+	a.maybeEvictStarved(ctx, start)
 	a.observeGPUs(ctx, start)
 	a.enforceLease(ctx, start)
 	a.refreshChildren(snap)
@@ -297,7 +298,7 @@ func evicting(snap state.Snapshot) bool {
 const evictionRetryAfter = 30 * time.Second
 
 // evict stops a workload through the evictor of the source that runs it, in a goroutine Run
-// waits for. Every trigger comes here: memory, lease end, GPU reclaim.
+// waits for. Every trigger comes here: memory, lease end, GPU reclaim, CPU starvation.
 func (a *Agent) evict(ctx context.Context, r state.Record, label, reason string) {
 	if r.Owner.Foreign() && r.Source == "" && a.pods != nil {
 		return // restored from the checkpoint, not yet seen by the pod watch

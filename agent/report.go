@@ -40,6 +40,17 @@ func (a *Agent) publish(snap state.Snapshot) {
 		byTier[string(r.Tier)]++
 	}
 	a.metrics.SetWorkloads(byTier)
+	node := a.nodeLocked(plan)
+	burst := map[string]int{}
+	for _, t := range qos.AllTiers() {
+		burst[string(t)] = 0
+	}
+	for _, r := range snap.Workloads {
+		if s := a.policy.Decide(r.Workload, node).Settings; s.CPUBurst > 0 || s.CPUBurstPercent > 0 {
+			burst[string(r.Tier)]++
+		}
+	}
+	a.metrics.SetCPUBurst(burst)
 	a.metrics.SetMetricsFresh(a.advisor.Primed())
 }
 

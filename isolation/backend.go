@@ -184,14 +184,20 @@ func (b *v1Backend) read(path string, k knob) (string, error) {
 		// devices.list cannot be read back as rules (a default-allow group lists only
 		// "a *:* rwm"): the value is what tidal wrote, which Forget keeps.
 		return "", nil
+	case knobBurst:
+		return file("cpu", "cpu.cfs_burst_us")
 	}
 	return "", fmt.Errorf("unknown knob %d", k)
 }
 
 func (b *v1Backend) write(path string, k knob, value string) error {
-	if k == knobIdle {
+	switch k {
+	case knobIdle:
 		// containerd/cgroups has no cpu.idle (Linux 5.15+).
 		return writeFile(filepath.Join(b.layout.Dir("cpu", path), "cpu.idle"), value)
+	case knobBurst:
+		// Nor a CFS burst (Linux 5.14+).
+		return writeFile(filepath.Join(b.layout.Dir("cpu", path), "cpu.cfs_burst_us"), value)
 	}
 	switch k {
 	case knobCPUs, knobMems:
@@ -333,8 +339,8 @@ func (b *v2Backend) write(path string, k knob, value string) error {
 		// v2 filters devices with an eBPF program attached by the runtime; tidal does not
 		// replace it (NVIDIA_VISIBLE_DEVICES still limits what the toolkit exposes).
 		return nil
-	case k == knobIdle:
-		return writeFile(filepath.Join(b.layout.Unified, path, "cpu.idle"), value)
+	case k == knobIdle, k == knobBurst:
+		return writeFile(filepath.Join(b.layout.Unified, path, v2File(k)), value)
 	case k == knobMemoryLimit && value == "-1":
 		return writeFile(filepath.Join(b.layout.Unified, path, "memory.max"), "max")
 	}
@@ -367,7 +373,7 @@ func (b *v2Backend) write(path string, k knob, value string) error {
 
 // v2File is the unified-hierarchy file behind a knob.
 func v2File(k knob) string {
-	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.weight", "cpu.max", "memory.max"}[k]
+	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.weight", "cpu.max", "memory.max", "", "cpu.max.burst"}[k]
 }
 
 func writeFile(path, value string) error {

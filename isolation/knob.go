@@ -22,12 +22,15 @@ const (
 	knobQuota
 	knobMemoryLimit
 	knobDevices
+	// knobBurst comes after knobQuota: a burst may only rise once the quota has (the kernel
+	// refuses a burst above the quota); Apply lowers it before the quota.
+	knobBurst
 	numKnobs
 )
 
 // String names the knob as metrics and logs show it.
 func (k knob) String() string {
-	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices"}[k]
+	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices", "cpu.burst"}[k]
 }
 
 // v1 reports "no memory limit" as a page-rounded LONG_MAX; anything this large is unlimited.
@@ -62,8 +65,29 @@ func wanted(s plugins.Settings) map[knob]string {
 	if c.Devices != nil {
 		w[knobDevices] = strings.Join(c.Devices, ";")
 	}
+	switch {
+	case c.Burst < 0:
+		w[knobBurst] = "0"
+	case c.Burst > 0:
+		w[knobBurst] = strconv.FormatInt(c.Burst, 10)
+	}
 	return w
 }
+
+// burstOfQuota is pct percent of a canonical quota ("50000", "50000/20000", "-1"), as the
+// burst file takes it; ok is false when there is no quota to burst above.
+func burstOfQuota(quota string, pct int32) (string, bool) {
+	q, _, _ := strings.Cut(quota, "/")
+	n, err := strconv.ParseInt(q, 10, 64)
+	if err != nil || n <= 0 {
+		return "", false
+	}
+	return strconv.FormatInt(n*int64(pct)/100, 10), true
+}
+
+// optional knobs are files a stock kernel may lack (cpu.cfs_burst_us and cpu.max.burst came
+// in Linux 5.14): without the file the knob is skipped, not an error.
+func (k knob) optional() bool { return k == knobBurst }
 
 // quotaMicros parses a canonical quota; unlimited is the largest value.
 func quotaMicros(v string) int64 {

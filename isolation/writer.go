@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/tidalqos/tidal/isolation/translate"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
@@ -39,7 +40,12 @@ type Writer struct {
 	writes  [numKnobs]uint64
 	errs    [numKnobs]uint64
 	repairs [numKnobs]uint64
+	// absent are optional knobs the kernel has no file for: skipped from then on, said once.
+	absent [numKnobs]bool
 }
+
+// errAbsent is an optional knob's file missing from a cgroup that exists: the kernel lacks it.
+var errAbsent = errors.New("the kernel has no such file")
 
 // NewWriter returns a Writer for the hierarchies in layout.
 func NewWriter(layout *cgroupfs.Layout, log *slog.Logger) (*Writer, error) {
@@ -102,8 +108,26 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 			continue
 		}
 		wants[i] = wanted(n.Settings)
+		if pct := translate.ToCgroup(n.Settings).BurstPercent; pct > 0 && !w.absent[knobBurst] {
+			// Sized on the quota the cgroup has (the kubelet's), as last read: a quota the
+			// owner changes is seen again at the next Forget.
+			if q, err := w.current(n.Path, knobQuota); err == nil {
+				if b, ok := burstOfQuota(q, pct); ok {
+					wants[i][knobBurst] = b
+				}
+			}
+		}
 		for k, v := range wants[i] {
+			if w.absent[k] {
+				delete(wants[i], k)
+				continue
+			}
 			wants[i][k] = w.backend.fileValue(k, v)
+		}
+	}
+	skip := func(i int, err error) {
+		if !errors.Is(err, errAbsent) {
+			fail(i, err)
 		}
 	}
 
@@ -128,6 +152,15 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 				fail(i, w.write(n.Path, knobQuota, v))
 			}
 		}
+		// A burst goes down before its quota may (the kernel refuses a burst above the quota).
+		if v, ok := wants[i][knobBurst]; ok {
+			cur, err := w.current(n.Path, knobBurst)
+			if err != nil {
+				skip(i, err)
+			} else if quotaMicros(v) < quotaMicros(cur) {
+				fail(i, w.write(n.Path, knobBurst, v))
+			}
+		}
 	}
 	// Pass 2, children first: every knob to its final value.
 	for i := len(nodes) - 1; i >= 0; i-- {
@@ -138,7 +171,7 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 			}
 			cur, err := w.current(nodes[i].Path, k)
 			if err != nil {
-				fail(i, err)
+				skip(i, err)
 				continue
 			}
 			if cur != v {
@@ -295,6 +328,13 @@ func (w *Writer) current(path string, k knob) (string, error) {
 		return v, nil
 	}
 	v, err := w.backend.read(path, k)
+	if err != nil && k.optional() && errors.Is(err, os.ErrNotExist) && w.layout.Exists(path) {
+		if !w.absent[k] {
+			w.absent[k] = true
+			w.log.Info("the kernel has no file for this knob; tidal leaves it alone", "knob", k.String(), "cgroup", path, "err", err)
+		}
+		return "", errAbsent
+	}
 	if err != nil {
 		return "", fmt.Errorf("read %s of cgroup %s: %w", k, path, err)
 	}

@@ -37,7 +37,20 @@ type Settings struct {
 	// "deny <rule>" with a rule as the kernel takes it ("c 195:* rwm"); nil leaves them.
 	// cgroup v1 only: on v2 device access is an eBPF program, left to the runtime.
 	Devices []string
+
+	// CPU burst (issue 12).
+	// CPUBurst is the CFS burst in millicores: CPU time above the quota a cgroup may spend
+	// in one period out of what it left unused before (at most its quota: the kernel
+	// refuses more). BurstOff writes none; 0 leaves the file as it is.
+	CPUBurst int64
+	// CPUBurstPercent is the burst as a percentage of the quota the cgroup has, for cgroups
+	// whose quota is someone else's (a pod's and its containers', set by the kubelet): the
+	// writer sizes it on the quota it reads. 0 leaves it to CPUBurst.
+	CPUBurstPercent int32
 }
+
+// BurstOff is the CPUBurst that clears a cgroup's burst.
+const BurstOff int64 = -1
 
 // Cgroup is the desired state of one cgroup. Path is relative to the hierarchy root
 // ("tidal/reclaimed/batch-1").

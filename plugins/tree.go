@@ -63,7 +63,8 @@ func (t *Tree) Tier(tier qos.Tier) *Settings {
 func (t *Tree) Workload(w Workload) *Settings { return &t.nodes[t.index[w.Cgroup]].Settings }
 
 // Cgroups returns the desired cgroups, parents first. A foreign workload's children follow
-// it with its cpuset (cgroup v1 needs each child narrowed too) and nothing else.
+// it with its cpuset (cgroup v1 needs each child narrowed too) and its CPU burst (each
+// container's quota throttles it first), nothing else.
 func (t *Tree) Cgroups() []Cgroup {
 	out := make([]Cgroup, 0, len(t.nodes))
 	for _, n := range t.nodes {
@@ -73,7 +74,8 @@ func (t *Tree) Cgroups() []Cgroup {
 		}
 		out[len(out)-1].Foreign = true
 		for _, c := range t.children[n.Path] {
-			out = append(out, Cgroup{Path: c, Foreign: true, Settings: Settings{CPUs: n.Settings.CPUs, Mems: n.Settings.Mems}})
+			out = append(out, Cgroup{Path: c, Foreign: true, Settings: Settings{CPUs: n.Settings.CPUs, Mems: n.Settings.Mems,
+				CPUBurst: n.Settings.CPUBurst, CPUBurstPercent: n.Settings.CPUBurstPercent}})
 		}
 	}
 	return out

@@ -41,9 +41,17 @@ type Workload struct {
 	// tidal's own workloads, whose names are unique while they run.
 	UID string
 
+	// CPU burst (issue 12).
+	// CPUBurstPercent is the workload's own CPU burst as a percentage of its CPU limit
+	// (tidalqos.io/cpu-burst-percent): 0 takes its tier's, NoBurst none, 1..100 that much.
+	CPUBurstPercent int32
+
 	// Usage, filled from the latest sample, for eviction ranking and status.
 	MemoryUsage int64
 }
+
+// NoBurst is the CPUBurstPercent that asks for no burst whatever the tier's.
+const NoBurst = qos.NoCPUBurst
 
 // Owner is who made a workload's cgroup and owns the settings tidal leaves alone.
 type Owner uint8

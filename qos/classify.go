@@ -20,6 +20,9 @@ const (
 	// AnnotationReclaimPriority orders reclaimed work for eviction (lowest
 	// first); a decimal int32, default the pod's priority.
 	AnnotationReclaimPriority = "tidalqos.io/reclaim-priority"
+	// AnnotationCPUBurstPercent is an online workload's CPU burst, a decimal percentage
+	// of its CPU limit in 0..100 (0: none); default its tier's (cpu.burstPercent).
+	AnnotationCPUBurstPercent = "tidalqos.io/cpu-burst-percent"
 	// AnnotationKatalystQoSLevel is Katalyst's tier annotation, accepted so
 	// users can migrate: system_cores, dedicated_cores, shared_cores, reclaimed_cores.
 	AnnotationKatalystQoSLevel = "katalyst.kubewharf.io/qos_level"
@@ -106,10 +109,16 @@ type Decision struct {
 	ReclaimPriority int32
 	// SLO is an online workload's own latency probe, if it gave one.
 	SLO SLO
+	// CPUBurstPercent is the workload's own CPU burst: 0 its tier's, NoCPUBurst none,
+	// 1..100 that percentage of its CPU limit.
+	CPUBurstPercent int32
 	// Problems are malformed values, ignored settings and policy
 	// downgrades, in a stable order. Each is a *Problem.
 	Problems []error
 }
+
+// NoCPUBurst is Decision.CPUBurstPercent for an annotation asking for no burst ("0").
+const NoCPUBurst int32 = -1
 
 // Kinds of Problem, for errors.Is (for example to pick a Kubernetes Event
 // reason).
@@ -192,6 +201,7 @@ func Classify(m Metadata, p Policy) Decision {
 	d.NUMABinding = numaBinding(m.Annotations, d.Tier, &d.Problems)
 	d.ReclaimPriority = reclaimPriority(m.Annotations, m.Priority, &d.Problems)
 	d.SLO = sloOf(m.Annotations, d.Tier, &d.Problems)
+	d.CPUBurstPercent = cpuBurstPercent(m.Annotations, d.Tier, &d.Problems)
 	misplacedKeys(m, &d.Problems)
 	return d
 }
@@ -380,11 +390,42 @@ func reclaimPriority(annotations map[string]string, priority int32, problems *[]
 	return int32(n)
 }
 
+// cpuBurstPercent reads tidalqos.io/cpu-burst-percent. The kernel takes no burst above the
+// quota, so 100 is the most; reclaimed work never bursts (it would run above what is lent).
+func cpuBurstPercent(annotations map[string]string, tier Tier, problems *[]error) int32 {
+	v, ok := annotations[AnnotationCPUBurstPercent]
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < 0 || n > 100 {
+		*problems = append(*problems, &Problem{
+			Key: AnnotationCPUBurstPercent, Value: v, Source: SourceAnnotation, Kind: ErrMalformed,
+			Reason: "not a decimal integer in 0..100 (a percentage of the CPU limit; the kernel takes no burst above it); using the tier's",
+		})
+		return 0
+	}
+	if tier == Reclaimed {
+		if n > 0 {
+			*problems = append(*problems, &Problem{
+				Key: AnnotationCPUBurstPercent, Value: v, Source: SourceAnnotation, Kind: ErrIgnored,
+				Reason: fmt.Sprintf("tier %s never bursts (it would run above the CPU lent to it); ignored", Reclaimed),
+			})
+		}
+		return 0
+	}
+	if n == 0 {
+		return NoCPUBurst
+	}
+	return int32(n)
+}
+
 // misplacedKeys reports tidal's keys set as labels (and Koordinator's label
 // set as an annotation): an easy mistake that would otherwise silently do
 // nothing. Reported after the rules, so it never hides a decision.
 func misplacedKeys(m Metadata, problems *[]error) {
-	for _, key := range [...]string{AnnotationQoSLevel, AnnotationKatalystQoSLevel, AnnotationNUMABinding, AnnotationReclaimPriority, AnnotationSLOProbe, AnnotationSLOLatency} {
+	for _, key := range [...]string{AnnotationQoSLevel, AnnotationKatalystQoSLevel, AnnotationNUMABinding, AnnotationReclaimPriority,
+		AnnotationCPUBurstPercent, AnnotationSLOProbe, AnnotationSLOLatency} {
 		if v, ok := m.Labels[key]; ok {
 			*problems = append(*problems, &Problem{
 				Key: key, Value: v, Source: SourceLabel, Kind: ErrIgnored,

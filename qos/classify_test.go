@@ -525,3 +525,37 @@ func BenchmarkClassify(b *testing.B) {
 		})
 	}
 }
+
+// tidalqos.io/cpu-burst-percent: a percentage 0..100 for online work ("0" asks for none);
+// malformed values and any burst on reclaimed work are reported and fall back to the tier's.
+func TestCPUBurstPercent(t *testing.T) {
+	cases := []struct {
+		tier, value string
+		want        int32
+		problem     error
+	}{
+		{"shared", "50", 50, nil},
+		{"system", "100", 100, nil},
+		{"dedicated", "0", NoCPUBurst, nil},
+		{"shared", "101", 0, ErrMalformed},
+		{"shared", "-5", 0, ErrMalformed},
+		{"shared", "50%", 0, ErrMalformed},
+		{"shared", " 50", 0, ErrMalformed},
+		{"reclaimed", "50", 0, ErrIgnored},
+		{"reclaimed", "0", 0, nil},
+	}
+	for _, c := range cases {
+		d := Classify(Metadata{Annotations: map[string]string{AnnotationQoSLevel: c.tier, AnnotationCPUBurstPercent: c.value}}, Policy{})
+		if d.CPUBurstPercent != c.want {
+			t.Errorf("%s %q: burst %d, want %d", c.tier, c.value, d.CPUBurstPercent, c.want)
+		}
+		switch {
+		case c.problem == nil && len(d.Problems) > 0:
+			t.Errorf("%s %q: unexpected problems %v", c.tier, c.value, d.Problems)
+		case c.problem != nil && (len(d.Problems) != 1 || !errors.Is(d.Problems[0], c.problem)):
+			t.Errorf("%s %q: problems %v, want one %v", c.tier, c.value, d.Problems, c.problem)
+		case c.problem != nil && !strings.Contains(d.Problems[0].Error(), AnnotationCPUBurstPercent):
+			t.Errorf("%s %q: the message does not name the key: %v", c.tier, c.value, d.Problems[0])
+		}
+	}
+}

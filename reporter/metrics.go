@@ -30,6 +30,10 @@ type Metrics struct {
 	usageCeiling    *prometheus.GaugeVec
 	interferenceCap *prometheus.GaugeVec
 	indicatorLoad   *prometheus.GaugeVec
+
+	// CPU burst and starvation eviction (issue 12).
+	cpuBurst   *prometheus.GaugeVec
+	cpuStarved prometheus.Gauge
 }
 
 // WriteCounts are the cgroup write path's counters by knob: writes, failed writes, and
@@ -96,6 +100,13 @@ func NewMetrics(writes WriteCounter) *Metrics {
 			Name: "tidal_interference_indicator_ratio", Help: "The worst online workload's interference indicator on a NUMA node as a fraction of its target (above 1: lending is cut).",
 		}, []string{"numa_node", "indicator"}),
 	}
+	m.cpuBurst = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tidal_cpu_burst_workloads", Help: "Online workloads given a CPU burst above their CPU limit (cpu.cfs_burst_us, cpu.max.burst), by tier.",
+	}, []string{"tier"})
+	m.cpuStarved = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tidal_cpu_starved_workloads", Help: "Reclaimed workloads whose CPU satisfaction is below eviction.starvationFloor now (evicted once it lasts eviction.starvationWindow; counted in tidal_evictions_total{reason=\"cpu-starved\"}).",
+	})
+	m.registry.MustRegister(m.cpuBurst, m.cpuStarved)
 	m.registry.MustRegister(m.usageCeiling, m.interferenceCap, m.indicatorLoad, m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
 		m.evictions, m.loopDuration, m.metricsFresh, m.hookCalls, m.hookDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -167,6 +178,16 @@ func (m *Metrics) HookCall(hook, method, result string, d time.Duration) {
 	m.hookCalls.WithLabelValues(hook, method, result).Inc()
 	m.hookDuration.WithLabelValues(hook, method).Observe(d.Seconds())
 }
+
+// SetCPUBurst records how many workloads of each tier have a CPU burst.
+func (m *Metrics) SetCPUBurst(byTier map[string]int) {
+	for tier, v := range byTier {
+		m.cpuBurst.WithLabelValues(tier).Set(float64(v))
+	}
+}
+
+// SetCPUStarved records how many reclaimed workloads are starved of CPU now.
+func (m *Metrics) SetCPUStarved(n int) { m.cpuStarved.Set(float64(n)) }
 
 // SetMetricsFresh records whether node metrics are fresh.
 func (m *Metrics) SetMetricsFresh(fresh bool) {

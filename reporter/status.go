@@ -148,6 +148,15 @@ type Workload struct {
 	// (NVIDIA_VISIBLE_DEVICES) so it sees no others.
 	GPUs []string          `json:"gpus,omitempty"`
 	Env  map[string]string `json:"env,omitempty"`
+
+	// CPU burst and starvation (issue 12).
+	// CPUBurstMilliCPU is the CPU burst it has above the CPU limit tidal sets (0: none);
+	// CPUBurstPercent a pod's, as a share of each of its cgroups' quota (the kubelet's).
+	CPUBurstMilliCPU int64 `json:"cpuBurstMilliCPU,omitempty"`
+	CPUBurstPercent  int32 `json:"cpuBurstPercentOfQuota,omitempty"`
+	// CPUSatisfaction is a reclaimed workload's latest CPU satisfaction: the share of the
+	// CPU time it was ready to run that it got (with eviction.starvationFloor set).
+	CPUSatisfaction *float64 `json:"cpuSatisfaction,omitempty"`
 }
 
 // Action is a decision the agent took.
@@ -190,7 +199,7 @@ func WriteText(w io.Writer, s Status) error {
 		writeControl(tw, p)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "WORKLOAD\tTIER\tSTATE\tPIDS\tCPU\tMEMORY\tCGROUP")
+	fmt.Fprintln(tw, "WORKLOAD\tTIER\tSTATE\tPIDS\tCPU\tCPU QOS\tMEMORY\tCGROUP")
 	ws := append([]Workload(nil), s.Workloads...)
 	sort.Slice(ws, func(i, j int) bool { return ws[i].Tier+ws[i].Name < ws[j].Tier+ws[j].Name })
 	for _, wl := range ws {
@@ -198,7 +207,7 @@ func WriteText(w io.Writer, s Status) error {
 		for _, p := range wl.PIDs {
 			pids = append(pids, fmt.Sprint(p))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dm\t%s\t%s\n", wl.Name, wl.Tier, wl.State, dash(strings.Join(pids, ",")), wl.MilliCPU, human(wl.MemoryBytes), wl.Cgroup)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dm\t%s\t%s\t%s\n", wl.Name, wl.Tier, wl.State, dash(strings.Join(pids, ",")), wl.MilliCPU, cpuQoS(wl), human(wl.MemoryBytes), wl.Cgroup)
 	}
 	if len(s.GPUs) > 0 {
 		fmt.Fprintln(tw)
@@ -235,6 +244,19 @@ func writeControl(w io.Writer, p Pool) {
 	if c.LastCut != "" {
 		fmt.Fprintf(w, "  last cut %s: %s\n", c.LastCutAt.Format("15:04:05.000"), c.LastCut)
 	}
+}
+
+// cpuQoS is a workload's CPU burst or its CPU satisfaction, for the status table.
+func cpuQoS(wl Workload) string {
+	switch {
+	case wl.CPUBurstMilliCPU > 0:
+		return fmt.Sprintf("burst %dm", wl.CPUBurstMilliCPU)
+	case wl.CPUBurstPercent > 0:
+		return fmt.Sprintf("burst %d%%", wl.CPUBurstPercent)
+	case wl.CPUSatisfaction != nil:
+		return fmt.Sprintf("satisfied %.2f", *wl.CPUSatisfaction)
+	}
+	return "-"
 }
 
 func dash(s string) string {

@@ -126,6 +126,18 @@ type CPU struct {
 	// Mechanism is how reclaimed work is held to what is lent on its CPUs: idle, shares
 	// or quota (see plugins.CPUMechanism and docs/benchmark.md for the figures).
 	Mechanism string `yaml:"mechanism"`
+
+	// CPU burst (issue 12).
+	// BurstPercent is each online tier's CPU burst, a percentage (0..100) of a workload's
+	// CPU limit; a workload's tidalqos.io/cpu-burst-percent overrides it.
+	BurstPercent BurstPercent `yaml:"burstPercent"`
+}
+
+// BurstPercent is the CPU burst of each online tier. Reclaimed work never bursts.
+type BurstPercent struct {
+	System    int `yaml:"system"`
+	Dedicated int `yaml:"dedicated"`
+	Shared    int `yaml:"shared"`
 }
 
 // Interference configures the feedback that sizes lending by how much online work is hurt.
@@ -197,6 +209,13 @@ type Eviction struct {
 	GracePeriod time.Duration `yaml:"gracePeriod"`
 	// CoolDown is the least time between two evictions.
 	CoolDown time.Duration `yaml:"coolDown"`
+
+	// Starvation eviction (issue 12).
+	// StarvationFloor: reclaimed work whose CPU satisfaction (CPU it got / CPU it was ready
+	// to run, within what it is allowed) stays under this for StarvationWindow is evicted;
+	// 0 turns it off.
+	StarvationFloor  float64       `yaml:"starvationFloor"`
+	StarvationWindow time.Duration `yaml:"starvationWindow"`
 }
 
 // Arbiter says where the node reports what it can lend and gets its lease.
@@ -272,6 +291,7 @@ func Default() Config {
 			PeakWindow:           30 * time.Second,
 			SpikeThreshold:       0.8,
 			Mechanism:            string(plugins.MechanismIdle),
+			BurstPercent:         BurstPercent{Shared: 50},
 		},
 		Interference: Interference{
 			Interval:       500 * time.Millisecond,
@@ -302,6 +322,8 @@ func Default() Config {
 		Eviction: Eviction{
 			GracePeriod: 5 * time.Second,
 			CoolDown:    10 * time.Second,
+			// Starvation eviction (issue 12): off unless configured.
+			StarvationWindow: 10 * time.Minute,
 		},
 		Status: Status{
 			ActionHistory: 100,

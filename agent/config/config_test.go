@@ -62,6 +62,10 @@ cpu:
   peakWindow: 1m
   spikeThreshold: 1
   mechanism: quota
+  burstPercent:
+    system: 10
+    dedicated: 20
+    shared: 100
 interference:
   interval: 250ms
   minRunMilliCPU: 5
@@ -91,6 +95,8 @@ loops:
 eviction:
   gracePeriod: 0s
   coolDown: 1m30s
+  starvationFloor: 0.1
+  starvationWindow: 5m
 status:
   actionHistory: 20
 arbiter:
@@ -133,6 +139,7 @@ func fullExampleConfig() Config {
 			PeakWindow:           time.Minute,
 			SpikeThreshold:       1,
 			Mechanism:            "quota",
+			BurstPercent:         BurstPercent{System: 10, Dedicated: 20, Shared: 100},
 		},
 		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second,
 			Shared: Targets{RunQueueWait: 0.3, Throttled: 0.5}, Dedicated: Targets{RunQueueWait: 0.05}},
@@ -153,7 +160,7 @@ func fullExampleConfig() Config {
 			PSIWindow:         time.Second,
 			PSITrigger:        false,
 		},
-		Eviction: Eviction{GracePeriod: 0, CoolDown: 90 * time.Second},
+		Eviction: Eviction{GracePeriod: 0, CoolDown: 90 * time.Second, StarvationFloor: 0.1, StarvationWindow: 5 * time.Minute},
 		Arbiter:  Arbiter{URL: "https://arbiter.example:9480", TokenFile: "/etc/tidal/token", ReportInterval: 30 * time.Second, NodeLabels: "pool=batch,zone=a"},
 		Status:   Status{ActionHistory: 20},
 		Kubernetes: Kubernetes{Kubeconfig: "/etc/kubernetes/tidal.conf", CgroupDriver: DriverSystemd, CgroupRoot: "/custom",
@@ -313,7 +320,7 @@ func TestLoadNamesFile(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, interference, memory, loops, eviction, status, arbiter, kubernetes, hooks"
-	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism"
+	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism, burstPercent"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {
 		name string
@@ -347,6 +354,14 @@ func TestErrors(t *testing.T) {
 			"tidal.yaml:1: cpu: got 4: want a mapping with keys " + cpuKeys},
 		{"missing value", "stateDir:\n",
 			`tidal.yaml:1: stateDir: missing value: want an absolute path such as "/var/lib/tidal"`},
+		{"starvation floor of 1", "eviction:\n  starvationFloor: 1\n",
+			`tidal.yaml:2: eviction.starvationFloor: 1 is out of range: want a number in [0, 1) (0: off)`},
+		{"starvation window under the slow loop", "eviction:\n  starvationWindow: 100ms\n",
+			`tidal.yaml:2: eviction.starvationWindow: 100ms is out of range: want a duration >= loops.slowInterval (1s), such as "10m"`},
+		{"burst above the quota", "cpu:\n  burstPercent:\n    shared: 150\n",
+			`tidal.yaml:3: cpu.burstPercent.shared: 150 is out of range: want an integer in [0, 100] (a percentage of the CPU limit; the kernel takes no burst above it)`},
+		{"burst for reclaimed", "cpu:\n  burstPercent:\n    reclaimed: 10\n",
+			"tidal.yaml:3: cpu.burstPercent.reclaimed: unknown key: want one of system, dedicated, shared"},
 		{"out of range float", "cpu:\n  spikeThreshold: 1.7\n",
 			`tidal.yaml:2: cpu.spikeThreshold: 1.7 is out of range: want a number in (0, 1]`},
 		{"NaN", "cpu:\n  safetyMarginRatio: .nan\n",
@@ -451,7 +466,7 @@ loops:
 	want := []string{
 		`tidal.yaml:2: logLevel: "loud" is not allowed: want one of debug, info, warn, error`,
 		`tidal.yaml:4: cpu.spikeThreshold: 0 is out of range: want a number in (0, 1]`,
-		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism`,
+		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism, burstPercent`,
 		`tidal.yaml:6: cpu.peakWindow: 10 is not a duration (a unit is required): want a duration >= 1s, such as "30s"`,
 		`tidal.yaml:8: memory.growStepBytes: "12X" is not a valid size (unknown suffix "X"): want a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`,
 		`tidal.yaml:10: loops.fastInterval: 5s is out of range: want a duration >= 1ms and < loops.slowInterval (1s)`,

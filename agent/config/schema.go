@@ -187,6 +187,12 @@ var schema = []*entry{
 			"a number in (0, 1]", inRange(0, 1, true)),
 		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },
 			"one of "+mechanismNames(), oneOf(mechanismList()...)),
+		// CPU burst (issue 12).
+		section("burstPercent",
+			leaf("system", kindInt, func(c *Config) *int { return &c.CPU.BurstPercent.System }, burstWant, burstPercent),
+			leaf("dedicated", kindInt, func(c *Config) *int { return &c.CPU.BurstPercent.Dedicated }, burstWant, burstPercent),
+			leaf("shared", kindInt, func(c *Config) *int { return &c.CPU.BurstPercent.Shared }, burstWant, burstPercent),
+		),
 	),
 	section("interference",
 		leaf("interval", kindDuration, func(c *Config) *time.Duration { return &c.Interference.Interval },
@@ -263,6 +269,16 @@ var schema = []*entry{
 			`a duration >= 0, such as "5s"`, atLeast[time.Duration](0)),
 		leaf("coolDown", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.CoolDown },
 			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
+		// Starvation eviction (issue 12).
+		leaf("starvationFloor", kindFloat, func(c *Config) *float64 { return &c.Eviction.StarvationFloor },
+			"a number in [0, 1) (0: off)", func(f float64) bool { return f >= 0 && f < 1 }),
+		leaf("starvationWindow", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.StarvationWindow },
+			`a duration >= loops.slowInterval, such as "10m"`, nil).
+			cross(func(c *Config) bool {
+				return c.Eviction.StarvationWindow >= c.Loops.SlowInterval
+			}, func(c *Config) string {
+				return fmt.Sprintf("a duration >= loops.slowInterval (%v), such as \"10m\"", c.Loops.SlowInterval)
+			}, "loops.slowInterval"),
 	),
 	section("status",
 		leaf("actionHistory", kindInt, func(c *Config) *int { return &c.Status.ActionHistory },
@@ -325,6 +341,11 @@ var schema = []*entry{
 			}),
 	),
 }
+
+// burstWant and burstPercent check a tier's CPU burst (issue 12).
+const burstWant = "an integer in [0, 100] (a percentage of the CPU limit; the kernel takes no burst above it)"
+
+func burstPercent(n int) bool { return n >= 0 && n <= 100 }
 
 // socketPath accepts an absolute path short enough for a unix socket address.
 func socketPath(s string) bool { return absPath(s) && len(s) < 108 }

@@ -46,6 +46,7 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 	spec := state.Spec{Source: sourceName, Origin: string(d.Source), Terminating: p.Terminating, Workload: plugins.Workload{
 		Name: p.Meta.Name, UID: p.UID, Tier: d.Tier, Cgroup: p.Cgroup, Owner: plugins.OwnerKubelet,
 		NUMABinding: d.NUMABinding, ReclaimPriority: d.ReclaimPriority, SLO: d.SLO, Started: p.Created,
+		CPUBurstPercent: d.CPUBurstPercent,
 	}}
 	if p.Pinned != nil {
 		// The kubelet's CPU manager pinned this pod: its cores are taken whatever its tier,

@@ -39,6 +39,8 @@ type checkpointWorkload struct {
 	KubeletOwned bool   `json:"kubeletOwned,omitempty"`
 	KubeletCPUs  bool   `json:"kubeletCPUs,omitempty"`
 	UID          string `json:"uid,omitempty"`
+	// CPU burst (issue 12): tidal run's --cpu-burst-percent.
+	CPUBurstPercent int32 `json:"cpuBurstPercent,omitempty"`
 }
 
 func ownerFlags(o plugins.Owner) (kubeletOwned, kubeletCPUs bool) {
@@ -83,6 +85,7 @@ func saveCheckpoint(dir string, ws []plugins.Workload) error {
 			NUMABinding: w.NUMABinding, MilliCPU: w.MilliCPU, MemoryLimit: w.MemoryLimit,
 			ReclaimPriority: w.ReclaimPriority, Started: w.Started, GPUs: w.GPUs, Queue: w.Queue,
 			KubeletOwned: owned, KubeletCPUs: pinned, UID: w.UID,
+			CPUBurstPercent: w.CPUBurstPercent,
 		})
 	}
 	sum, err := checksum(f.Workloads)
@@ -142,6 +145,7 @@ func loadCheckpoint(dir string) ([]plugins.Workload, error) {
 			Name: c.Name, Tier: c.Tier, Cgroup: c.Cgroup, DedicatedCPUs: cpus, NUMABinding: c.NUMABinding,
 			MilliCPU: c.MilliCPU, MemoryLimit: c.MemoryLimit, ReclaimPriority: c.ReclaimPriority, Started: c.Started,
 			GPUs: c.GPUs, Queue: c.Queue, Owner: ownerOf(c.KubeletOwned, c.KubeletCPUs), UID: c.UID,
+			CPUBurstPercent: c.CPUBurstPercent,
 		})
 	}
 	return out, nil

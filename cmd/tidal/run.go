@@ -34,6 +34,7 @@ func runRun(args []string) error {
 	numa := fs.Bool("numa-binding", false, "dedicated: all CPUs and memory on one NUMA node")
 	memory := fs.String("memory", "", "memory limit, e.g. 512Mi or 2Gi")
 	queue := fs.String("queue", "", "reclaimed: the tenant queue it runs for (it runs while the node's lease grants that queue)")
+	burst := fs.Int("cpu-burst-percent", 0, "shared/system with --cpus: CPU burst as a percentage (0..100) of the cap, 0 none (default: the tier's)")
 	gpus := fs.Int("gpus", 0, "reclaimed: GPUs lent to it; dedicated: GPUs of its own (the command sees only these)")
 	sloProbe := fs.String("slo-probe", "", "shared/dedicated: an http:// URL whose answer time tracks the workload's latency; the agent probes it and cuts lending when it is slower than --slo-latency")
 	sloLatency := fs.String("slo-latency", "", "the latency --slo-probe must stay under, e.g. 20ms")
@@ -96,6 +97,10 @@ func runRun(args []string) error {
 	if isSet(fs, "reclaim-priority") {
 		p := int32(*priority)
 		req.ReclaimPriority = &p
+	}
+	if isSet(fs, "cpu-burst-percent") {
+		b := int32(*burst)
+		req.CPUBurstPercent = &b
 	}
 	client := agent.NewClient(*socket)
 	admitted, err := client.Admit(req)

@@ -2,6 +2,7 @@ package translate_test
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
@@ -24,10 +25,11 @@ type kernel struct {
 	quota      int64  // µs per period, -1 unlimited, 0 not written
 	period     uint64
 	memory     int64
+	burst      int64 // µs per period; 0 not written, -1 cleared
 }
 
 func fromCgroup(c translate.Cgroup, v2 bool) kernel {
-	k := kernel{cpus: c.CPUs, mems: c.Mems, idle: c.Idle == plugins.On, weight: c.Shares, quota: c.Quota, memory: c.Memory}
+	k := kernel{cpus: c.CPUs, mems: c.Mems, idle: c.Idle == plugins.On, weight: c.Shares, quota: c.Quota, memory: c.Memory, burst: c.Burst}
 	if v2 {
 		k.weight = translate.Weight(c.Shares)
 	}
@@ -45,9 +47,16 @@ func runtimeWeight(shares uint64, v2 bool) uint64 {
 	return shares
 }
 
+// unifiedBurst is the cpu.max.burst a runtime writes from unified resources (0: none).
+func unifiedBurst(u map[string]string) int64 {
+	n, _ := strconv.ParseInt(u["cpu.max.burst"], 10, 64)
+	return n
+}
+
 func fromCRI(r *runtimeapi.LinuxContainerResources, v2 bool) kernel {
 	return kernel{cpus: r.CpusetCpus, mems: r.CpusetMems, idle: r.Unified["cpu.idle"] == "1",
-		weight: runtimeWeight(uint64(r.CpuShares), v2), quota: r.CpuQuota, period: uint64(r.CpuPeriod), memory: r.MemoryLimitInBytes}
+		weight: runtimeWeight(uint64(r.CpuShares), v2), quota: r.CpuQuota, period: uint64(r.CpuPeriod), memory: r.MemoryLimitInBytes,
+		burst: unifiedBurst(r.Unified)}
 }
 
 func fromNRI(r *api.LinuxResources, v2 bool) kernel {
@@ -62,6 +71,7 @@ func fromNRI(r *api.LinuxResources, v2 bool) kernel {
 	}
 	k.memory = r.Memory.GetLimit().GetValue()
 	k.idle = r.Unified["cpu.idle"] == "1"
+	k.burst = unifiedBurst(r.Unified)
 	return k
 }
 
@@ -79,8 +89,10 @@ func node(idle bool) plugins.Node {
 // cgroup for every tier's decision: cpusets, shares or weight, quota and period, memory
 // limit. The one difference is cpu.idle on cgroup v1, which no runtime can pass: there the
 // pod's cgroup carries it (the agent writes it) and the container gets the smallest share.
+// CPU burst goes through the hooks only on v2 beside a quota the decision sets itself; else
+// the pod's cgroup carries it, and a cleared one is the kernel's default.
 func TestCgroupCRIAndNRIAgree(t *testing.T) {
-	pol := policy.Default()
+	pol := policy.Configured(cpu.Resource{Burst: cpu.Burst{System: 50, Dedicated: 50, Shared: 50}})
 	for _, tier := range qos.AllTiers() {
 		for _, idle := range []bool{false, true} {
 			for _, v2 := range []bool{false, true} {
@@ -104,6 +116,12 @@ func TestCgroupCRIAndNRIAgree(t *testing.T) {
 							want := cg
 							if cg.idle && !v2 {
 								want.idle, want.weight = false, translate.MinShares
+							}
+							if !v2 || cg.burst < 0 || cg.quota <= 0 {
+								want.burst = 0
+							}
+							if cg.burst > 0 && cg.quota > 0 && cg.burst > cg.quota {
+								t.Errorf("burst %dus above the quota %dus: the kernel refuses it", cg.burst, cg.quota)
 							}
 							if viaCRI != want || viaNRI != want {
 								t.Errorf("cgroup %+v\nwant from hooks %+v\nCRI   %+v\nNRI   %+v", cg, want, viaCRI, viaNRI)

@@ -7,6 +7,7 @@ package translate
 import (
 	"math"
 	"math/bits"
+	"strconv"
 
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -39,6 +40,12 @@ type Cgroup struct {
 	// Memory is the memory limit in bytes; -1 lifts it.
 	Memory  int64
 	Devices []string
+	// Burst is the CFS burst in µs per PeriodMicros (cpu.cfs_burst_us, cpu.max.burst); -1
+	// clears it (writes 0).
+	Burst int64
+	// BurstPercent sizes the burst on the quota the cgroup has (someone else's): the writer
+	// reads it. 0: Burst says.
+	BurstPercent int32
 }
 
 // ToCgroup is what the writer puts in a cgroup for s.
@@ -57,7 +64,23 @@ func ToCgroup(s plugins.Settings) Cgroup {
 	if s.MemoryLimit != 0 {
 		c.Memory = max(s.MemoryLimit, plugins.Unlimited)
 	}
+	c.Burst = BurstMicros(s.CPUBurst)
+	if s.CPUBurstPercent > 0 {
+		c.Burst, c.BurstPercent = 0, min(s.CPUBurstPercent, 100)
+	}
 	return c
+}
+
+// BurstMicros turns a burst in millicores into µs per PeriodMicros: 0 stays 0 (leave) and a
+// negative one is -1 (none).
+func BurstMicros(milli int64) int64 {
+	switch {
+	case milli == 0:
+		return 0
+	case milli < 0:
+		return -1
+	}
+	return mulDiv(milli, PeriodMicros, 1000)
 }
 
 // QuotaMicros turns a quota in millicores into µs per PeriodMicros: 0 stays 0 (leave), a
@@ -119,14 +142,19 @@ type Container struct {
 	Quota      int64  // µs per Period, or -1
 	Period     uint64
 	Memory     int64
-	// Unified are cgroup v2 files with no field of their own (cpu.idle).
+	// Unified are cgroup v2 files with no field of their own (cpu.idle, cpu.max.burst).
 	Unified map[string]string
 }
 
 // ToContainer is what a runtime hook passes for s, the same values as ToCgroup but for
 // cpu.idle, which runtimes have no field for: on v2 it goes as a unified resource; on v1
 // (where runc refuses unified resources) the pod's cgroup carries it, written by the agent,
-// and the container gets the smallest share under it.
+// and the container gets the smallest share under it. CPU burst has no field either: on v2
+// it goes as unified cpu.max.burst, but only beside a quota s sets itself (the kernel
+// refuses a burst above the quota, and a container's quota is otherwise the kubelet's); a
+// cleared burst is not passed, as the kernel starts every cgroup with none and a runtime
+// would fail the container on a kernel without the file. A burst sized on the kubelet's
+// quota (BurstPercent) the agent writes on the pod's and its containers' cgroups.
 func ToContainer(s plugins.Settings, cgroupV2 bool) Container {
 	cg := ToCgroup(s)
 	c := Container{CPUs: cg.CPUs, Mems: cg.Mems, Shares: cg.Shares, Quota: cg.Quota, Memory: cg.Memory}
@@ -141,6 +169,12 @@ func ToContainer(s plugins.Settings, cgroupV2 bool) Container {
 		}
 	case cg.Idle == plugins.On:
 		c.Shares = MinShares
+	}
+	if cgroupV2 && cg.Burst > 0 && c.Quota > 0 {
+		if c.Unified == nil {
+			c.Unified = map[string]string{}
+		}
+		c.Unified["cpu.max.burst"] = strconv.FormatInt(min(cg.Burst, c.Quota), 10)
 	}
 	return c
 }

@@ -15,8 +15,34 @@ const (
 	SharesReclaimed = 2
 )
 
-// Resource is the CPU dimension of the policy: cpusets from the pools, priority and quota.
-type Resource struct{}
+// Resource is the CPU dimension of the policy: cpusets from the pools, priority, quota and
+// burst.
+type Resource struct {
+	// Burst is the CPU burst each online tier gets by default.
+	Burst Burst
+}
+
+// Burst is the CPU burst of each online tier, as a percentage (0..100) of a workload's CPU
+// limit: how much of the CPU time it left unused it may spend above the limit in one period.
+// Reclaimed work never bursts: it would run above what is lent.
+type Burst struct {
+	System, Dedicated, Shared int32
+}
+
+// MaxBurstPercent is the most burst the kernel takes: no more than the quota itself.
+const MaxBurstPercent = 100
+
+func (b Burst) percent(t qos.Tier) int32 {
+	switch t {
+	case qos.System:
+		return b.System
+	case qos.Dedicated:
+		return b.Dedicated
+	case qos.Shared:
+		return b.Shared
+	}
+	return 0
+}
 
 var _ plugins.Resource = Resource{}
 
@@ -32,7 +58,7 @@ func (Resource) Fill(t *plugins.Tree, n plugins.Node) {
 	*t.Tier(qos.System) = merge(*t.Tier(qos.System), plugins.Settings{CPUs: system, Mems: allMems, CPUShares: sharesSystem})
 	*t.Tier(qos.Dedicated) = merge(*t.Tier(qos.Dedicated), plugins.Settings{CPUs: n.CPUs, Mems: allMems, CPUShares: sharesOnline})
 	*t.Tier(qos.Shared) = merge(*t.Tier(qos.Shared), plugins.Settings{CPUs: shared, Mems: allMems, CPUShares: sharesOnline})
-	reclaimed := plugins.Settings{CPUs: n.Pools.Reclaimed(), Mems: allMems, CPUQuota: plugins.Unlimited}
+	reclaimed := plugins.Settings{CPUs: n.Pools.Reclaimed(), Mems: allMems, CPUQuota: plugins.Unlimited, CPUBurst: plugins.BurstOff}
 	reclaimedPriority(&reclaimed, n)
 	if n.ReclaimedCPU == plugins.MechanismQuota {
 		reclaimed.CPUQuota = n.LentMilliCPU
@@ -54,13 +80,13 @@ func reclaimedPriority(s *plugins.Settings, n plugins.Node) {
 	}
 }
 
-// Decide sets a workload's cpuset, priority and quota by tier: system runs on the system
+// Decide sets a workload's cpuset, priority, quota and burst by tier: system runs on the system
 // pool; dedicated on its own cores (and with NUMA binding the memory nodes of those cores);
 // shared on the shared pool; reclaimed on the reclaimed pool at the lowest priority, capped
 // at what is lent (or its own smaller cap). A pod (a foreign Owner) keeps the kubelet's quota
 // unless it is reclaimed, and one the kubelet's CPU manager pinned (OwnerKubeletCPUManager) keeps its
 // cpusets.
-func (Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision) {
+func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision) {
 	s := &d.Settings
 	allMems := n.Pools.Mems()
 	switch w.Tier {
@@ -87,6 +113,7 @@ func (Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision) 
 		reclaimedPriority(s, n)
 		s.CPUQuota = reclaimedQuota(w, n)
 	}
+	s.CPUBurst, s.CPUBurstPercent = r.burst(w, s.CPUQuota)
 	if w.Owner.Foreign() && w.Tier != qos.Reclaimed {
 		s.CPUQuota = 0 // an online pod's CPU limit is the kubelet's
 	}
@@ -117,6 +144,31 @@ func reclaimedQuota(w plugins.Workload, n plugins.Node) int64 {
 	return plugins.Unlimited
 }
 
+// burst is a workload's CPU burst over its limit: in millicores over the quota tidal sets, or
+// for a pod (whose quotas are the kubelet's) as a percentage the writer sizes on each of its
+// cgroups' quota. Its own percentage wins over its tier's. A workload of tidal's without a
+// quota has nothing to burst above and its burst is left alone; reclaimed work has none.
+func (r Resource) burst(w plugins.Workload, quota int64) (milli int64, pct int32) {
+	if w.Tier == qos.Reclaimed {
+		return plugins.BurstOff, 0
+	}
+	if !w.Owner.Foreign() && quota <= 0 {
+		return 0, 0
+	}
+	pct = r.Burst.percent(w.Tier)
+	if w.CPUBurstPercent != 0 {
+		pct = max(w.CPUBurstPercent, 0)
+	}
+	pct = min(pct, MaxBurstPercent)
+	switch {
+	case pct <= 0:
+		return plugins.BurstOff, 0
+	case w.Owner.Foreign():
+		return 0, pct
+	}
+	return quota * int64(pct) / 100, 0
+}
+
 // systemPool is where system work runs: the reserved CPUs, else (none reserved) the shared pool.
 func systemPool(p plugins.Pools) cpuset.CPUSet {
 	if system := p.System(); !system.IsEmpty() {
@@ -129,5 +181,6 @@ func systemPool(p plugins.Pools) cpuset.CPUSet {
 func merge(base, add plugins.Settings) plugins.Settings {
 	base.CPUs, base.Mems = add.CPUs, add.Mems
 	base.CPUShares, base.CPUIdle, base.CPUQuota = add.CPUShares, add.CPUIdle, add.CPUQuota
+	base.CPUBurst = add.CPUBurst
 	return base
 }

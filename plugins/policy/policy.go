@@ -20,9 +20,15 @@ type Policy struct {
 	resources []plugins.Resource
 }
 
-// Default is the policy tidal runs: every dimension it manages.
+// Default is the policy tidal runs, every dimension it manages, with the CPU dimension's
+// defaults.
 func Default() Policy {
-	return New(cpu.Resource{}, memory.Resource{}, gpu.Resource{})
+	return Configured(cpu.Resource{})
+}
+
+// Configured is the policy tidal runs with the CPU dimension as configured (CPU burst).
+func Configured(c cpu.Resource) Policy {
+	return New(c, memory.Resource{}, gpu.Resource{})
 }
 
 // New builds a policy from resources, run in the order given. Two resources of one name are

@@ -89,7 +89,7 @@ func TestAgentsManageOnlyTheirOwnPods(t *testing.T) {
 
 	batch := a.runPod(newPod("batch", map[string]string{"tidalqos.io/qos-level": "reclaimed", "tidalqos.io/reclaim-priority": "3"},
 		corev1.ResourceList{reclaimedMilliCPU: resource.MustParse("500")}), "workload", "burner", "--threads", "1")
-	a.runPod(newPod("web", nil, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}))
+	web := a.runLimitedPod(newPod("web", map[string]string{"tidalqos.io/cpu-burst-percent": "30"}, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}))
 	dbPod := newPod("db", map[string]string{"tidalqos.io/qos-level": "dedicated"},
 		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")})
 	dbPod.Namespace = "prod"
@@ -144,6 +144,27 @@ func TestAgentsManageOnlyTheirOwnPods(t *testing.T) {
 	}
 	if q := quotaMilli(t, a, batch.cgroup); q > 500 {
 		t.Errorf("batch asked for 500 reclaimed millicores but may use %dm", q)
+	}
+
+	// An online pod with a CPU limit bursts by its annotation's share of the quota the
+	// kubelet gave its cgroups (100m: 10000 µs), the container's included; reclaimed ones
+	// never burst.
+	burstFile := "cpu.cfs_burst_us"
+	if a.layout.Version == cgroupfs.V2 {
+		burstFile = "cpu.max.burst"
+	}
+	if _, err := os.Stat(filepath.Join(a.layout.Dir("cpu", web.cgroup), burstFile)); err == nil {
+		eventually(t, 40*time.Second, "web's CPU burst", func() error {
+			for cg, want := range map[string]string{web.cgroup: "3000", web.container: "3000", batch.cgroup: "0"} {
+				if got := a.file("cpu", cg, burstFile); got != want {
+					return fmt.Errorf("%s %s = %s, want %s", cg, burstFile, got, want)
+				}
+			}
+			if w, _ := a.workload("default/web"); w.CPUBurstPercent != 30 {
+				return fmt.Errorf("status: web bursts %d%%, want 30%%", w.CPUBurstPercent)
+			}
+			return nil
+		})
 	}
 
 	// Refused claims and malformed annotations are Events on the pods.

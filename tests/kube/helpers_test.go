@@ -254,8 +254,22 @@ type runningPod struct {
 }
 
 // runPod creates the pod bound to this node, makes its cgroups the kubelet's way and starts
-// args (a tidal workload) in its container, moved there before it runs anything.
+// args (a tidal workload) in its container, moved there before it runs anything. Its cgroups
+// get no CPU quota (see runLimitedPod).
 func (n *kubeNode) runPod(pod *corev1.Pod, args ...string) *runningPod {
+	n.t.Helper()
+	return n.runPodQuota(pod, 0, args...)
+}
+
+// runLimitedPod is runPod with the CPU quota the kubelet sets for the pod's one container's
+// CPU limit, on the pod's cgroup and the container's.
+func (n *kubeNode) runLimitedPod(pod *corev1.Pod, args ...string) *runningPod {
+	n.t.Helper()
+	q := pod.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU]
+	return n.runPodQuota(pod, q.MilliValue(), args...)
+}
+
+func (n *kubeNode) runPodQuota(pod *corev1.Pod, quota int64, args ...string) *runningPod {
 	n.t.Helper()
 	pod.Spec.NodeName = n.name
 	if pod.Namespace == "" {
@@ -281,7 +295,8 @@ func (n *kubeNode) runPod(pod *corev1.Pod, args ...string) *runningPod {
 	// the copy of its parent's cpus into it (v1 then refuses the copy with EACCES); the
 	// kubelet retries such a failure the same way.
 	eventually(n.t, 5*time.Second, "create the cgroups of "+created.Name, func() error {
-		return n.writer.Apply([]plugins.Cgroup{{Path: p.cgroup}, {Path: p.container}})
+		return n.writer.Apply([]plugins.Cgroup{{Path: p.cgroup, Settings: plugins.Settings{CPUQuota: quota}},
+			{Path: p.container, Settings: plugins.Settings{CPUQuota: quota}}})
 	})
 	if len(args) > 0 {
 		p.cmd = n.runPodProcess(p, args...)

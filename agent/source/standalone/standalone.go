@@ -42,10 +42,12 @@ type AdmitRequest struct {
 	Queue           string `json:"queue,omitempty"`
 	// SLOProbe and SLOLatency give an online workload's own latency probe (an http:// URL
 	// and a duration such as "20ms"), as the tidalqos.io/slo-* annotations do for pods.
-	SLOProbe   string   `json:"sloProbe,omitempty"`
-	SLOLatency string   `json:"sloLatency,omitempty"`
-	PID        int      `json:"pid"`
-	Command    []string `json:"command,omitempty"`
+	SLOProbe   string `json:"sloProbe,omitempty"`
+	SLOLatency string `json:"sloLatency,omitempty"`
+	// CPUBurstPercent is --cpu-burst-percent (issue 12): a percentage of --cpus.
+	CPUBurstPercent *int32   `json:"cpuBurstPercent,omitempty"`
+	PID             int      `json:"pid"`
+	Command         []string `json:"command,omitempty"`
 }
 
 // RequestError is a refusal the caller can fix; the API answers it with its Status.
@@ -215,6 +217,9 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	if req.SLOLatency != "" {
 		ann[qos.AnnotationSLOLatency] = req.SLOLatency
 	}
+	if req.CPUBurstPercent != nil {
+		ann[qos.AnnotationCPUBurstPercent] = strconv.Itoa(int(*req.CPUBurstPercent))
+	}
 	d := qos.Classify(qos.Metadata{Name: req.Name, Annotations: ann}, qos.Policy{})
 	if len(d.Problems) > 0 {
 		return state.Spec{}, refuse(400, "%v", errors.Join(d.Problems...))
@@ -222,7 +227,7 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	spec := state.Spec{Source: Name, GPUs: req.GPUs, Workload: plugins.Workload{
 		Name: req.Name, Tier: d.Tier, Cgroup: plugins.WorkloadPath(s.opts.Root, d.Tier, req.Name), Owner: plugins.OwnerTidal,
 		NUMABinding: d.NUMABinding, MemoryLimit: req.MemoryBytes, ReclaimPriority: d.ReclaimPriority, Queue: req.Queue, SLO: d.SLO,
-		Started: time.Now(),
+		Started: time.Now(), CPUBurstPercent: d.CPUBurstPercent,
 	}}
 	switch d.Tier {
 	case qos.Dedicated:
