@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"net"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/reporter"
+	"github.com/tidalqos/tidal/tests/testutil"
 )
 
 // The interference feedback with real processes: online threads that wait in the run queue
@@ -20,19 +20,9 @@ import (
 // paths are kept out of the way (no spike path, a slow loop of seconds), so what cuts is the
 // feedback.
 func TestInterferenceCutsLending(t *testing.T) {
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\n  spikeThreshold: 1\n"+
-		"loops:\n  slowInterval: 3s\n  metricsStaleAfter: 20s\n  fastWindow: 10m\n  psiTrigger: false\n"+
-		"interference:\n  interval: 200ms\n  holdAfterCut: 30s\n")
+	n := feedbackNode(t, "")
 	n.start()
-	n.run("--tier", "reclaimed", "--name", "batch", "--", tidalBin, "workload", "burner", "--threads", "1")
-	n.waitWorkload("batch")
-	n.eventually(30*time.Second, "lending grows past its minimum", func() error {
-		if s := n.status(); s.Lendable.MilliCPU < 500 {
-			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
-		}
-		return nil
-	})
-	lentBefore := n.status().Lendable.MilliCPU
+	lentBefore := lendingGrows(n)
 
 	// Twice as many spinning online threads as CPUs: each waits about as long as it runs.
 	n.run("--tier", "shared", "--name", "web", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(2*runtime.NumCPU()))
@@ -83,24 +73,15 @@ func TestInterferenceCutsLending(t *testing.T) {
 // cut lending, with the probe's figures in the action and in status. A malformed target is
 // refused when the workload is started.
 func TestSLOProbeCutsLending(t *testing.T) {
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\n  spikeThreshold: 1\n"+
-		"loops:\n  slowInterval: 3s\n  metricsStaleAfter: 20s\n  fastWindow: 10m\n  psiTrigger: false\n"+
-		"interference:\n  interval: 200ms\n  holdAfterCut: 30s\n  shared:\n    runQueueWait: 0\n")
+	n := feedbackNode(t, "  shared:\n    runQueueWait: 0\n")
 	n.start()
 	cmd, out := n.run("--tier", "shared", "--name", "bad", "--slo-probe", "http://127.0.0.1:1/", "--slo-latency", "soon", "--", "true")
 	if err := cmd.Wait(); err == nil || !strings.Contains(out.String(), "tidalqos.io/slo-latency") {
 		t.Errorf("a malformed SLO target: err %v, output %q", err, out)
 	}
-	n.run("--tier", "reclaimed", "--name", "batch", "--", tidalBin, "workload", "burner", "--threads", "1")
-	n.waitWorkload("batch")
-	n.eventually(30*time.Second, "lending grows past its minimum", func() error {
-		if s := n.status(); s.Lendable.MilliCPU < 500 {
-			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
-		}
-		return nil
-	})
+	lendingGrows(n)
 	// Each answer costs 30 ms of CPU: the probe is always slower than its 10 ms target.
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	n.run("--tier", "shared", "--name", "web", "--slo-probe", "http://"+addr+"/work", "--slo-latency", "10ms",
 		"--", tidalBin, "workload", "server", "--addr", addr, "--work", "30ms")
 	n.waitWorkload("web")
@@ -127,12 +108,24 @@ func TestSLOProbeCutsLending(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+// feedbackNode is an agent whose lending only the interference feedback cuts: no spike path,
+// no PSI trigger, a slow loop of seconds; extra is more of its interference section.
+func feedbackNode(t *testing.T, extra string) *node {
+	return newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\n  spikeThreshold: 1\n"+
+		"loops:\n  slowInterval: 3s\n  metricsStaleAfter: 20s\n  fastWindow: 10m\n  psiTrigger: false\n"+
+		"interference:\n  interval: 200ms\n  holdAfterCut: 30s\n"+extra)
+}
+
+// lendingGrows runs a reclaimed burner and waits until the node lends well past its minimum;
+// it returns what it lends then.
+func lendingGrows(n *node) int64 {
+	n.run("--tier", "reclaimed", "--name", "batch", "--", tidalBin, "workload", "burner", "--threads", "1")
+	n.waitWorkload("batch")
+	n.eventually(30*time.Second, "lending grows past its minimum", func() error {
+		if s := n.status(); s.Lendable.MilliCPU < 500 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	return n.status().Lendable.MilliCPU
 }
