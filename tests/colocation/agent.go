@@ -121,6 +121,7 @@ type background struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	ctx    context.Context
+	done   []func()
 }
 
 func newBackground(ctx context.Context) *background {
@@ -147,8 +148,15 @@ func (g *background) every(interval time.Duration, fn func(now time.Time)) {
 	}()
 }
 
+// onStop runs fn once the samplers have stopped (to release what they kept open).
+func (g *background) onStop(fn func()) { g.done = append(g.done, fn) }
+
 // stop ends the samplers and waits for them.
 func (g *background) stop() {
 	g.cancel()
 	g.wg.Wait()
+	for _, fn := range g.done {
+		fn()
+	}
+	g.done = nil
 }

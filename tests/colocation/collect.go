@@ -40,6 +40,10 @@ type onlineResult struct {
 	// The SLO on the 1-second p99 and the seconds that broke it (set by applySLO).
 	SLOMs            float64 `json:"sloMs"`
 	SLOBrokenSeconds int     `json:"sloBrokenSeconds"`
+	// RunQueueWaitP50 and P95 are the online service's run-queue wait per unit of CPU run
+	// over the day's half-second readings (the agent's interference indicator).
+	RunQueueWaitP50 float64 `json:"runQueueWaitP50"`
+	RunQueueWaitP95 float64 `json:"runQueueWaitP95"`
 }
 
 // interval is one second of the load generator's report (T: its end, seconds since DayStart).
@@ -125,6 +129,17 @@ func (r *scenarioRun) collect(res *runResult, d day, w runWorkloads) error {
 		}
 	}
 	from, to := res.DayStart, res.DayStart.Add(r.b.opts.day)
+	if res.Online != nil {
+		var day []float64
+		for _, s := range r.waits {
+			if !s.At.Before(from) && !s.At.After(to) {
+				day = append(day, s.Ratio)
+			}
+		}
+		if len(day) > 0 { // (NaN has no JSON)
+			res.Online.RunQueueWaitP50, res.Online.RunQueueWaitP95 = percentile(day, 0.5), percentile(day, 0.95)
+		}
+	}
 	if w.burner != nil {
 		units, err := counter(w.burner, from, to, &res.Series.Burner, func(l workload.BurnerLine) (float64, float64, bool) {
 			return float64(l.Total), l.UnitsPerS, l.Final

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +56,17 @@ func startProc(name, logDir string, argv []string, attach func(pid int) error) (
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	var gate io.WriteCloser
+	if attach != nil {
+		// Held at a gate until it sits in its cgroup: a server that forks workers (nginx)
+		// would otherwise leave them behind, in the benchmark's own cgroup.
+		cmd = exec.Command("sh", append([]string{"-c", `read -r go && exec "$@"`, "sh"}, argv...)...)
+		if gate, err = cmd.StdinPipe(); err != nil {
+			w.Close()
+			r.Close()
+			return nil, err
+		}
+	}
 	cmd.Stdout, cmd.Stderr = w, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	started := time.Now()
@@ -72,9 +84,12 @@ func startProc(name, logDir string, argv []string, attach func(pid int) error) (
 	}()
 	if attach != nil {
 		if err := attach(cmd.Process.Pid); err != nil {
+			gate.Close()
 			p.stop(0)
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
+		_, _ = io.WriteString(gate, "go\n")
+		gate.Close()
 	}
 	return p, nil
 }

@@ -177,6 +177,21 @@ func writeScenarioTable(w io.Writer, res results) {
 	}
 	fmt.Fprintln(w)
 	writePhaseTable(w, res)
+	writeWaitTable(w, res)
+}
+
+// writeWaitTable shows the interference indicator the agent uses, measured alike in every
+// scenario: the online service's run-queue wait per unit of CPU it ran.
+func writeWaitTable(w io.Writer, res results) {
+	fmt.Fprintf(w, "Online run-queue wait per unit of CPU run (the agent's interference indicator, read by the benchmark the same way in every scenario every 500 ms; each run's median and 95th percentile over the day, then median over rounds, min–max):\n\n")
+	fmt.Fprintf(w, "| scenario | p50 | p95 |\n| --- | --- | --- |\n")
+	for _, s := range res.Scenarios {
+		if s.RunQueueWaitP50.N == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", s.Name, plainStat(s.RunQueueWaitP50, "%.3f"), plainStat(s.RunQueueWaitP95, "%.3f"))
+	}
+	fmt.Fprintln(w)
 }
 
 // writePhaseTable shows where in the day each scenario's latency went: the p99 of each phase.

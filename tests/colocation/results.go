@@ -73,6 +73,10 @@ type scenarioSummary struct {
 	// PhaseP99Ms is the p99 of each phase of the day (requests by intended send time).
 	PhaseP99Ms []phaseStat `json:"phaseP99Ms,omitempty"`
 
+	// RunQueueWaitP50 and P95: the online service's run-queue wait per unit of CPU run.
+	RunQueueWaitP50 stat `json:"runQueueWaitP50"`
+	RunQueueWaitP95 stat `json:"runQueueWaitP95"`
+
 	BurnerRatio     stat `json:"burnerRatio"`
 	AntagonistRatio stat `json:"antagonistRatio"`
 	NodeCPUPercent  stat `json:"nodeCPUPercent"`
@@ -195,7 +199,9 @@ func summarize(runs []runResult, server string, o options) []scenarioSummary {
 	for _, name := range o.scenarios {
 		sc, _ := scenarioByName(name)
 		s := scenarioSummary{Server: server, Name: name, About: sc.About}
-		var v struct{ p50, p99, p999, r50, r99, r999, slo, burner, antagonist, cpu, agentCPU, rss, spike []float64 }
+		var v struct {
+			p50, p99, p999, r50, r99, r999, slo, burner, antagonist, cpu, agentCPU, rss, spike, wait50, wait95 []float64
+		}
 		phases := map[string][]float64{}
 		var phaseOrder []string
 		for _, r := range runs {
@@ -216,6 +222,7 @@ func summarize(runs []runResult, server string, o options) []scenarioSummary {
 				if r.Online.SLOMs > 0 {
 					v.slo = append(v.slo, float64(r.Online.SLOBrokenSeconds))
 				}
+				v.wait50, v.wait95 = append(v.wait50, r.Online.RunQueueWaitP50), append(v.wait95, r.Online.RunQueueWaitP95)
 				for _, ph := range r.Online.Phases {
 					if _, seen := phases[ph.Name]; !seen {
 						phaseOrder = append(phaseOrder, ph.Name)
@@ -243,6 +250,7 @@ func summarize(runs []runResult, server string, o options) []scenarioSummary {
 		s.P50Ms, s.P99Ms, s.P999Ms = statOf(v.p50), statOf(v.p99), statOf(v.p999)
 		s.P50Ratio, s.P99Ratio, s.P999Ratio = statOf(v.r50), statOf(v.r99), statOf(v.r999)
 		s.SLOBrokenSeconds = statOf(v.slo)
+		s.RunQueueWaitP50, s.RunQueueWaitP95 = statOf(v.wait50), statOf(v.wait95)
 		for _, name := range phaseOrder {
 			s.PhaseP99Ms = append(s.PhaseP99Ms, phaseStat{Phase: name, stat: statOf(phases[name])})
 		}

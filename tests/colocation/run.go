@@ -13,7 +13,21 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/sysadvisor/interference"
 )
+
+// The run-queue wait sampler: as the agent's defaults (interference.interval and
+// minRunMilliCPU 20 of 500 ms).
+const (
+	waitInterval = 500 * time.Millisecond
+	waitMinRun   = 10 * time.Millisecond
+)
+
+// waitSample is one reading of the online service's run-queue wait per unit of CPU run.
+type waitSample struct {
+	At    time.Time
+	Ratio float64
+}
 
 // scenarioRun is one run of one scenario. It owns every process it starts, its samplers and
 // its cgroup (a fresh one under the bench root, never reused); cleanup stops and removes them
@@ -27,8 +41,9 @@ type scenarioRun struct {
 	agent  *agentProc
 	procs  []*proc
 	bg     *background
-	cpu    []nodeCPU   // node CPU readings, once a second
-	watch  *agentWatch // the agent's lending and actions (tidal only)
+	cpu    []nodeCPU    // node CPU readings, once a second
+	waits  []waitSample // the online service's run-queue wait, twice a second
+	watch  *agentWatch  // the agent's lending and actions (tidal only)
 }
 
 // Timeouts and grace periods of a run.
@@ -185,6 +200,21 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 			r.cpu = append(r.cpu, s)
 		}
 	})
+	if r.sc.Online {
+		// The interference indicator the agent uses, measured the same way in every scenario,
+		// agent or not: the online service's threads' run-queue wait per unit of CPU run.
+		online := interference.Group{Name: "online", Cgroup: r.sub("online"), Recursive: true}
+		if r.sc.Tidal {
+			online.Cgroup = path.Join(r.rel, "tidal", "shared")
+		}
+		meter := interference.NewMeter("/proc", r.b.layout)
+		r.bg.every(waitInterval, func(now time.Time) {
+			if got := meter.Read([]interference.Group{online}, waitMinRun)[0]; got.Err == nil && got.Run >= waitMinRun {
+				r.waits = append(r.waits, waitSample{At: now, Ratio: got.WaitRatio()})
+			}
+		})
+		r.bg.onStop(meter.Close)
+	}
 	if r.agent != nil {
 		r.watch = newAgentWatch()
 		client := r.agent.client
