@@ -21,6 +21,9 @@ type overheadResult struct {
 	AgentCPUPercent   float64 `json:"agentCPUPercent"` // of one core, over the measurement
 	AgentPeakRSSBytes int64   `json:"agentPeakRSSBytes"`
 	AgentRSSBytes     int64   `json:"agentRSSBytes"` // at the end
+	// AgentAnonBytes is the anonymous part of AgentRSSBytes (RssAnon): the rest is the
+	// binary's own pages, file-backed, shared and reclaimable.
+	AgentAnonBytes int64 `json:"agentAnonBytes"`
 }
 
 // overheadSettle is the wait after the last admission before measuring, so the cost of
@@ -81,6 +84,9 @@ func (b *bench) measureOverhead(ctx context.Context) (res overheadResult, err er
 		return res, err
 	}
 	if res.AgentRSSBytes, err = memoryStatus(a.pid(), "VmRSS"); err != nil {
+		return res, err
+	}
+	if res.AgentAnonBytes, err = memoryStatus(a.pid(), "RssAnon"); err != nil {
 		return res, err
 	}
 	if s, err := a.client.Status(); err == nil {
