@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -282,7 +283,8 @@ func (a *Agent) watchPressure(ctx context.Context) {
 	path := filepath.Join(a.layout.Dir("cpu", plugins.TierPath(a.cfg.Cgroup.Root, qos.Shared)), "cpu.pressure")
 	err := metrics.WatchPressure(ctx, path, a.cfg.Loops.PSIStallThreshold, a.cfg.Loops.PSIWindow, func() {
 		a.mu.Lock()
-		changes := a.advisor.Pressure(time.Now(), "online CPU pressure (PSI)")
+		changes := a.advisor.Pressure(time.Now(), fmt.Sprintf("online CPU pressure (PSI: shared tier's tasks stalled over %s in %s)",
+			a.cfg.Loops.PSIStallThreshold, a.cfg.Loops.PSIWindow))
 		for _, c := range changes {
 			a.actionLocked("throttle", "online-pressure", c.Reason)
 		}
