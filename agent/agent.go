@@ -28,6 +28,7 @@ import (
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
 	pgpu "github.com/tidalqos/tidal/plugins/gpu"
+	"github.com/tidalqos/tidal/plugins/memory"
 	"github.com/tidalqos/tidal/plugins/policy"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
@@ -74,9 +75,14 @@ type Agent struct {
 	online    map[int]int64 // latest online usage of each node's shared pool
 	memTotal  int64         // node memory, from the latest sample
 	memOnline int64         // memory used by all but reclaimed work, from the latest sample
-	actions   []reporter.Action
-	applyErr  error
-	lastEvict time.Time
+	// Memory QoS: online work's active page cache counted in memOnline; reclaimed work
+	// waiting at its limit.
+	memFigures   memoryFigures
+	memStall     memoryStall
+	memoryPolicy memory.Resource // the memory dimension as configured (its throttle point)
+	actions      []reporter.Action
+	applyErr     error
+	lastEvict    time.Time
 	// planGeneration grows whenever the fast path shrinks the plan, so a full pass that
 	// started before knows to write the reclaimed limits again.
 	planGeneration uint64
@@ -172,21 +178,23 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:       cfg,
-		log:       log,
-		topo:      topo,
-		layout:    layout,
-		writer:    writer,
-		policy:    policy.Default(),
-		idle:      writer.SupportsIdle(),
-		procDir:   procDir,
-		store:     state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),
-		gpuSource: sysgpu.Open(log),
-		advisor:   advisor.New(advisorConfig(cfg)),
-		online:    map[int]int64{},
-		ungranted: map[string]time.Time{},
-		signal:    evict.Signal{Cgroups: signalCgroups{writer, layout}, Grace: cfg.Eviction.GracePeriod},
-		evictors:  map[string]evict.Evictor{},
+		cfg:    cfg,
+		log:    log,
+		topo:   topo,
+		layout: layout,
+		writer: writer,
+		policy: policy.Default().With(memoryResource(cfg.Memory)),
+		// Memory QoS: status shows the throttle point the policy writes.
+		memoryPolicy: memoryResource(cfg.Memory),
+		idle:         writer.SupportsIdle(),
+		procDir:      procDir,
+		store:        state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),
+		gpuSource:    sysgpu.Open(log),
+		advisor:      advisor.New(advisorConfig(cfg)),
+		online:       map[int]int64{},
+		ungranted:    map[string]time.Time{},
+		signal:       evict.Signal{Cgroups: signalCgroups{writer, layout}, Grace: cfg.Eviction.GracePeriod},
+		evictors:     map[string]evict.Evictor{},
 
 		poolsChanged: make(chan struct{}, 1),
 	}

@@ -30,6 +30,7 @@ func (a *Agent) publish(snap state.Snapshot) {
 		}, plan.ReclaimedMilliCPU[np.Node])
 	}
 	a.metrics.SetLendable(a.lendableLocked(now))
+	a.metrics.SetMemory(a.memoryViewLocked(plan.ReclaimedMemory))
 	a.metrics.SetGPUs(gpus)
 	byTier := map[string]int{}
 	for _, t := range qos.AllTiers() {
@@ -108,6 +109,8 @@ type numaView struct {
 	Shared            string `json:"shared"`
 	Reclaimed         string `json:"reclaimed"`
 	ReclaimedMilliCPU int64  `json:"reclaimedMilliCPU"`
+	// ReclaimedMemoryBytes is the lent memory's share on this node (memory.go).
+	ReclaimedMemoryBytes int64 `json:"reclaimedMemoryBytes"`
 }
 
 type topologyView struct {
@@ -128,6 +131,7 @@ func (a *Agent) topologyViewLocked(now time.Time, snap state.Snapshot, gpus []re
 		v.NUMA = append(v.NUMA, numaView{
 			Node: np.Node, CPUs: a.topo.CPUsOfNUMA(np.Node).String(), System: np.System.String(), Dedicated: np.Dedicated.String(),
 			Shared: np.Shared.String(), Reclaimed: np.Reclaimed.String(), ReclaimedMilliCPU: plan.ReclaimedMilliCPU[np.Node],
+			ReclaimedMemoryBytes: lentOnNUMA(a.topo, np.Node, plan.ReclaimedMemory),
 		})
 	}
 	for _, g := range gpus {

@@ -22,12 +22,18 @@ const (
 	knobQuota
 	knobMemoryLimit
 	knobDevices
+	// Memory QoS: see plugins.Settings. Low and min exist on v2 only, oom-wait on v1 only.
+	knobMemoryHigh
+	knobMemoryLow
+	knobMemoryMin
+	knobMemoryOOMWait
 	numKnobs
 )
 
 // String names the knob as metrics and logs show it.
 func (k knob) String() string {
-	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices"}[k]
+	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices",
+		"memory.high", "memory.low", "memory.min", "memory.oom-wait"}[k]
 }
 
 // v1 reports "no memory limit" as a page-rounded LONG_MAX; anything this large is unlimited.
@@ -61,6 +67,17 @@ func wanted(s plugins.Settings) map[knob]string {
 	}
 	if c.Devices != nil {
 		w[knobDevices] = strings.Join(c.Devices, ";")
+	}
+	for k, v := range map[knob]int64{knobMemoryHigh: c.MemoryHigh, knobMemoryLow: c.MemoryLow, knobMemoryMin: c.MemoryMin} {
+		if v != 0 {
+			w[k] = strconv.FormatInt(v, 10)
+		}
+	}
+	switch c.OOMWait {
+	case plugins.On:
+		w[knobMemoryOOMWait] = "1"
+	case plugins.Off:
+		w[knobMemoryOOMWait] = "0"
 	}
 	return w
 }

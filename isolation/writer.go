@@ -103,6 +103,10 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 		}
 		wants[i] = wanted(n.Settings)
 		for k, v := range wants[i] {
+			if !w.backend.supports(k) {
+				delete(wants[i], k)
+				continue
+			}
 			wants[i][k] = w.backend.fileValue(k, v)
 		}
 	}

@@ -26,6 +26,7 @@ type Metrics struct {
 	metricsFresh prometheus.Gauge
 	hookCalls    *prometheus.CounterVec
 	hookDuration *prometheus.HistogramVec
+	memory       *memoryMetrics
 }
 
 // WriteCounts are the cgroup write path's counters by knob: writes, failed writes, and
@@ -83,6 +84,7 @@ func NewMetrics(writes WriteCounter) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14),
 		}, []string{"hook", "method"}),
 	}
+	m.memory = newMemoryMetrics(m.registry)
 	m.registry.MustRegister(m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
 		m.evictions, m.loopDuration, m.metricsFresh, m.hookCalls, m.hookDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

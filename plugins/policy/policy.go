@@ -62,3 +62,17 @@ func (p Policy) Decide(w plugins.Workload, n plugins.Node) plugins.Decision {
 	}
 	return d
 }
+
+// With is p with r in place of the resource of the same name (a dimension configured from
+// the agent's config), or r added last when there is none.
+func (p Policy) With(r plugins.Resource) Policy {
+	out := Policy{resources: append([]plugins.Resource(nil), p.resources...)}
+	for i, have := range out.resources {
+		if have.Name() == r.Name() {
+			out.resources[i] = r
+			return out
+		}
+	}
+	out.resources = append(out.resources, r)
+	return out
+}

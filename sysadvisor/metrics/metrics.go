@@ -50,6 +50,9 @@ type Memory struct {
 	TotalBytes     int64
 	AvailableBytes int64 // the kernel's estimate of what can be allocated without swapping
 	FreeBytes      int64
+	// ActiveFileBytes is Active(file): page cache used more than once recently, which the
+	// kernel counts as available but reclaims only after inactive pages.
+	ActiveFileBytes int64
 }
 
 // ReadMemory reads procRoot/meminfo.
@@ -75,6 +78,9 @@ func ReadMemory(procRoot string) (Memory, error) {
 	m.AvailableBytes = m.FreeBytes
 	if mi.MemAvailableBytes != nil {
 		m.AvailableBytes = int64(*mi.MemAvailableBytes)
+	}
+	if mi.ActiveFileBytes != nil {
+		m.ActiveFileBytes = int64(*mi.ActiveFileBytes)
 	}
 	return m, nil
 }
