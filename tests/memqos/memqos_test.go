@@ -7,6 +7,7 @@ package memqos
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -139,7 +140,9 @@ func hog(size string) error {
 	default:
 	}
 	fmt.Printf("%.1fs: reached %dMiB\n", time.Since(start).Seconds(), n>>20)
-	select {}
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 func writeWorkingSet(dir string) ([]*os.File, error) {
@@ -202,6 +205,7 @@ func startOnline(t *testing.T, dir string, prefix ...string) *exec.Cmd {
 	argv := append(append([]string{}, prefix...), self)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), onlineEnv+"="+dir)
+	cmd.WaitDelay = 2 * time.Second
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
@@ -257,12 +261,15 @@ func hogCommand(t *testing.T, size int64, prefix ...string) *exec.Cmd {
 	argv := append(append([]string{}, prefix...), self)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), hogEnv+"="+strconv.FormatInt(size, 10))
+	// Under `tidal run` the hog is a grandchild holding the output pipe: Wait must not wait
+	// for it (startAgent's cleanup kills it).
+	cmd.WaitDelay = 2 * time.Second
 	return cmd
 }
 
 // runHog runs cmd (the hog) until it ends or for at most d, sampling the working set's
 // residency every 250 ms; it returns the lowest residency seen and how the hog ended.
-func runHog(t *testing.T, dir string, cmd *exec.Cmd, d time.Duration) (float64, string) {
+func runHog(t *testing.T, dir string, cmd *exec.Cmd, d time.Duration) (float64, string, error) {
 	t.Helper()
 	out := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -280,11 +287,11 @@ func runHog(t *testing.T, dir string, cmd *exec.Cmd, d time.Duration) (float64, 
 	for {
 		select {
 		case err := <-done:
-			return min(lowest, residency(t, dir)), fmt.Sprint("exited: ", err)
+			return min(lowest, residency(t, dir)), fmt.Sprint("exited: ", err), err
 		case <-deadline:
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-done
-			return lowest, "still running (killed by the test)"
+			return lowest, "still running (killed by the test)", nil
 		case <-tick.C:
 			lowest = min(lowest, residency(t, dir))
 		}
@@ -298,6 +305,9 @@ func runHog(t *testing.T, dir string, cmd *exec.Cmd, d time.Duration) (float64, 
 // evicted by tidal. The online server keeps running and its working set stays resident.
 func TestOnlinePageCacheHoldsUnderAHog(t *testing.T) {
 	isolationtest.RequireRoot(t, "to manage cgroups")
+	if testing.Short() {
+		t.Skip("fills the node's memory twice: minutes on a small, busy machine")
+	}
 	dir := t.TempDir()
 
 	// Unconstrained: no agent, the hog runs as any process would.
@@ -305,7 +315,7 @@ func TestOnlinePageCacheHoldsUnderAHog(t *testing.T) {
 	online := startOnline(t, dir)
 	before := residency(t, dir)
 	size := hogBytes(t)
-	free, how := runHog(t, dir, hogCommand(t, size), 90*time.Second)
+	free, how, _ := runHog(t, dir, hogCommand(t, size), 90*time.Second)
 	t.Logf("unconstrained: hog of %dMiB %s; working set resident %.0f%% before, lowest %.0f%% during", size>>20, how, before*100, free*100)
 	if online.ProcessState != nil {
 		t.Fatal("online server ended in the unconstrained run")
@@ -318,26 +328,22 @@ func TestOnlinePageCacheHoldsUnderAHog(t *testing.T) {
 
 	// Under tidal, once the first run's memory pressure has passed (tidal evicts on it).
 	waitCalm(t)
-	a := testutil.NewAgent(t, tidalBin, "", "", false)
-	a.Start()
+	a := startAgent(t, "")
 	online = startOnline(t, dir, tidalBin, "run", "--socket", a.Socket, "--tier", "shared", "--name", "online", "--")
 	before = residency(t, dir)
 	size = hogBytes(t)
 	hog := hogCommand(t, size, tidalBin, "run", "--socket", a.Socket, "--tier", "reclaimed", "--name", "hog", "--")
-	held, how := runHog(t, dir, hog, 90*time.Second)
+	kills := nodeOOMKills(t)
+	held, how, exit := runHog(t, dir, hog, 90*time.Second)
+	kills = nodeOOMKills(t) - kills
 	st := a.Status()
 	t.Logf("under tidal: hog of %dMiB %s; working set resident %.0f%% before, lowest %.0f%% during (%.2fx the unconstrained run)",
 		size>>20, how, before*100, held*100, held/max(free, 0.01))
 	if m := st.Memory; m != nil {
 		t.Logf("tidal memory: lent %dMiB, throttle %dMiB, online %dMiB of which hot page cache %dMiB", m.LentBytes>>20, m.ThrottleBytes>>20, m.OnlineBytes>>20, m.OnlinePageCacheBytes>>20)
 	}
-	var evicted []string
-	for _, act := range st.Actions {
-		if act.Kind == "evict" {
-			evicted = append(evicted, act.Reason)
-		}
-	}
-	t.Logf("evictions: %q", evicted)
+	evicted := evictions(a)
+	t.Logf("evictions: %q; OOM kills on the node meanwhile: %d", evicted, kills)
 
 	if online.ProcessState != nil {
 		t.Fatal("online server ended under tidal")
@@ -345,14 +351,36 @@ func TestOnlinePageCacheHoldsUnderAHog(t *testing.T) {
 	if held < 0.95 || held < free+0.1 {
 		t.Errorf("under tidal the working set fell to %.0f%% resident (unconstrained %.0f%%): want >= 95%% and 10 points above", held*100, free*100)
 	}
-	if kills := oomKills(t, a); kills != 0 {
-		t.Errorf("the kernel OOM-killed %d reclaimed tasks: the hog should have been slowed at its limit", kills)
+	if oomKilled(exit, evicted) {
+		t.Errorf("the kernel OOM-killed the hog (%v): it should have been slowed at its limit", exit)
 	}
 	for _, r := range evicted {
 		if !strings.Contains(r, "hog") {
 			t.Errorf("tidal evicted something other than the hog: %s", r)
 		}
 	}
+}
+
+// startAgent starts an agent with extra config. When the test ends every process left in
+// its cgroups is killed first: `tidal run` puts its command in a process group of its own,
+// which killing `tidal run` does not reach.
+func startAgent(t *testing.T, extra string) *testutil.Agent {
+	t.Helper()
+	a := testutil.NewAgent(t, tidalBin, extra, "", false)
+	t.Cleanup(func() {
+		pids, _ := a.Layout.Procs(a.Root, true)
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		testutil.Eventually(t, 10*time.Second, "test processes gone", func() error {
+			if pids, _ := a.Layout.Procs(a.Root, true); len(pids) > 0 {
+				return fmt.Errorf("%d left", len(pids))
+			}
+			return nil
+		})
+	})
+	a.Start()
+	return a
 }
 
 // waitCalm waits until memory pressure (PSI some avg10) is under 1%.
@@ -370,25 +398,97 @@ func waitCalm(t *testing.T) {
 	})
 }
 
-// oomKills is the number of OOM kills in tidal's reclaimed tier (v1 memory.oom_control, v2
-// memory.events).
-func oomKills(t *testing.T, a *testutil.Agent) int {
+// oomKilled says the kernel killed the hog: `tidal run` passes on its SIGKILL as status
+// 137, and tidal did not evict it (an eviction starts with SIGTERM, which the hog dies of).
+func oomKilled(exit error, evicted []string) bool {
+	var ee *exec.ExitError
+	return errors.As(exit, &ee) && ee.ExitCode() == 128+int(syscall.SIGKILL) && len(evicted) == 0
+}
+
+// nodeOOMKills is the kernel's count of OOM kills on the node (/proc/vmstat oom_kill).
+func nodeOOMKills(t *testing.T) int {
 	t.Helper()
-	tier := plugins.TierPath(a.Root, qos.Reclaimed)
-	file, key := "memory.oom_control", "oom_kill"
-	if a.Layout.Version.String() == "v2" {
-		file, key = "memory.events", "oom_kill"
-	}
-	v, err := a.File("memory", tier, file)
+	data, err := os.ReadFile("/proc/vmstat")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(v, "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == key {
-			n, _ := strconv.Atoi(f[1])
-			return n
+	for _, line := range strings.Split(string(data), "\n") {
+		if n, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			v, _ := strconv.Atoi(n)
+			return v
 		}
 	}
-	t.Fatalf("%s of %s has no %s line: %q", file, tier, key, v)
 	return 0
+}
+
+// evictions are the reasons of the agent's evict actions.
+func evictions(a *testutil.Agent) []string {
+	var out []string
+	for _, act := range a.Status().Actions {
+		if act.Kind == "evict" {
+			out = append(out, act.Reason)
+		}
+	}
+	return out
+}
+
+// An offline job that allocates faster than lending grows is slowed at its limit, not
+// OOM-killed, while the node has memory to lend; with memory.oomWait off (the old behaviour)
+// the kernel kills it, which shows the test can tell the two apart.
+func TestFastAllocatorIsSlowedNotKilled(t *testing.T) {
+	isolationtest.RequireRoot(t, "to manage cgroups")
+	const size = 1 << 30
+	for _, wait := range []bool{true, false} {
+		t.Run(fmt.Sprintf("oomWait=%v", wait), func(t *testing.T) {
+			// Lending grows 64Mi a second from 256Mi; the hog asks for 1Gi at once.
+			a := startAgent(t, fmt.Sprintf("memory:\n  growStepBytes: 64Mi\n  oomWait: %v\n", wait))
+			start := time.Now()
+			hog := hogCommand(t, size, tidalBin, "run", "--socket", a.Socket, "--tier", "reclaimed", "--name", "fast", "--")
+			out := &testutil.SyncBuffer{}
+			hog.Stdout, hog.Stderr = out, out
+			hog.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := hog.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- hog.Wait() }()
+			t.Cleanup(func() {
+				_ = syscall.Kill(-hog.Process.Pid, syscall.SIGKILL)
+				<-done
+			})
+			waited := false
+			kills := nodeOOMKills(t)
+			var exit error
+			deadline := time.After(60 * time.Second)
+			for !strings.Contains(out.String(), "reached") {
+				select {
+				case exit = <-done:
+					done <- exit
+					goto ended
+				case <-deadline:
+					t.Fatalf("the hog did not reach %dMiB in 60s: %s", size>>20, testutil.Tail(out.String(), 3))
+				case <-time.After(200 * time.Millisecond):
+					if m := a.Status().Memory; m != nil && m.ReclaimedWaiting {
+						waited = true
+					}
+					if oom, _ := a.File("memory", plugins.TierPath(a.Root, qos.Reclaimed), "memory.oom_control"); strings.Contains(oom, "under_oom 1") {
+						waited = true
+					}
+				}
+			}
+		ended:
+			kills = nodeOOMKills(t) - kills
+			killed := oomKilled(exit, evictions(a))
+			t.Logf("oomWait=%v: after %.1fs (exit %v) the hog said %q; waited at its limit: %v; OOM-killed: %v (OOM kills on the node: %d)",
+				wait, time.Since(start).Seconds(), exit, testutil.Tail(out.String(), 2), waited, killed, kills)
+			switch {
+			case wait && (killed || !strings.Contains(out.String(), "reached")):
+				t.Errorf("with oomWait the hog was killed (%v) instead of slowed", exit)
+			case wait && !waited:
+				t.Errorf("the hog never waited at its limit: it was not faster than lending, the test shows nothing")
+			case !wait && !killed:
+				t.Errorf("without oomWait the kernel did not OOM-kill the fast hog: the test cannot tell the cases apart")
+			}
+		})
+	}
 }
