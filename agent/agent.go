@@ -75,14 +75,16 @@ type Agent struct {
 	online    map[int]int64 // latest online usage of each node's shared pool
 	memTotal  int64         // node memory, from the latest sample
 	memOnline int64         // memory used by all but reclaimed work, from the latest sample
-	// Memory QoS: online work's active page cache counted in memOnline; reclaimed work
-	// waiting at its limit.
+	actions   []reporter.Action
+	applyErr  error
+	lastEvict time.Time
+
+	// Memory QoS: the memory dimension as configured (status shows its throttle point), the
+	// latest sample's figures, and reclaimed work waiting at its limit.
+	memoryPolicy memory.Resource
 	memFigures   memoryFigures
 	memStall     memoryStall
-	memoryPolicy memory.Resource // the memory dimension as configured (its throttle point)
-	actions      []reporter.Action
-	applyErr     error
-	lastEvict    time.Time
+
 	// planGeneration grows whenever the fast path shrinks the plan, so a full pass that
 	// started before knows to write the reclaimed limits again.
 	planGeneration uint64
@@ -178,26 +180,26 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:    cfg,
-		log:    log,
-		topo:   topo,
-		layout: layout,
-		writer: writer,
-		policy: policy.Default().With(memoryResource(cfg.Memory)),
-		// Memory QoS: status shows the throttle point the policy writes.
-		memoryPolicy: memoryResource(cfg.Memory),
-		idle:         writer.SupportsIdle(),
-		procDir:      procDir,
-		store:        state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),
-		gpuSource:    sysgpu.Open(log),
-		advisor:      advisor.New(advisorConfig(cfg)),
-		online:       map[int]int64{},
-		ungranted:    map[string]time.Time{},
-		signal:       evict.Signal{Cgroups: signalCgroups{writer, layout}, Grace: cfg.Eviction.GracePeriod},
-		evictors:     map[string]evict.Evictor{},
+		cfg:       cfg,
+		log:       log,
+		topo:      topo,
+		layout:    layout,
+		writer:    writer,
+		policy:    policy.Default(),
+		idle:      writer.SupportsIdle(),
+		procDir:   procDir,
+		store:     state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),
+		gpuSource: sysgpu.Open(log),
+		advisor:   advisor.New(advisorConfig(cfg)),
+		online:    map[int]int64{},
+		ungranted: map[string]time.Time{},
+		signal:    evict.Signal{Cgroups: signalCgroups{writer, layout}, Grace: cfg.Eviction.GracePeriod},
+		evictors:  map[string]evict.Evictor{},
 
 		poolsChanged: make(chan struct{}, 1),
 	}
+	a.memoryPolicy = memoryResource(cfg.Memory)
+	a.policy = a.policy.With(a.memoryPolicy)
 	if a.lease, err = newLeasing(cfg); err != nil {
 		return nil, err
 	}

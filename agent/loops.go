@@ -193,7 +193,7 @@ func (a *Agent) reclaimedUsage(snap state.Snapshot) (time.Duration, reclaimedMem
 		if err == nil {
 			var m cgroupfs.MemoryStat
 			if m, err = a.layout.MemoryStat(p); err == nil {
-				used = used + c
+				used += c
 				mem.add(m)
 			}
 		}
