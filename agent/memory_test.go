@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
+	"github.com/tidalqos/tidal/sysadvisor/topology"
 )
 
 // The online figure counts online work's active page cache (which MemAvailable calls free)
@@ -63,5 +64,20 @@ func TestMemoryStallEvictsOnlyWhenLendingCannotGrow(t *testing.T) {
 	step(31, false, 20<<30)
 	if r := step(32, true, 20<<30); r != "" {
 		t.Errorf("a new wait evicts at once: %s", r)
+	}
+}
+
+// The lent memory is split over NUMA nodes by their share of the memory, for the Node's
+// topology annotation; a node tidal does not know gets nothing.
+func TestLentOnNUMA(t *testing.T) {
+	topo := &topology.Topology{NUMANodes: []topology.NUMANode{{ID: 0, MemoryBytes: 3 << 30}, {ID: 1, MemoryBytes: 1 << 30}}}
+	if got := lentOnNUMA(topo, 0, 8<<30); got != 6<<30 {
+		t.Errorf("node 0: %d, want 6Gi", got)
+	}
+	if got := lentOnNUMA(topo, 1, 8<<30); got != 2<<30 {
+		t.Errorf("node 1: %d, want 2Gi", got)
+	}
+	if got := lentOnNUMA(topo, 7, 8<<30); got != 0 {
+		t.Errorf("unknown node: %d, want 0", got)
 	}
 }
