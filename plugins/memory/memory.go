@@ -60,11 +60,15 @@ func (r Resource) oomWait() plugins.Toggle {
 	return plugins.On
 }
 
-// Fill sets the memory knobs of tidal's tier cgroups: only the reclaimed tier is limited, to
-// the lent memory, and throttled below it. The online tiers protect everything their
-// workloads protect: a child's memory.low or memory.min counts only up to its parent's, so
-// the tiers take "max" and the workloads' own values decide.
+// Fill sets the memory knobs of tidal's root and tier cgroups: only the reclaimed tier is
+// limited, to the lent memory, and throttled below it. The root and the online tiers protect
+// everything their workloads protect: a child's memory.low or memory.min counts only up to
+// its parent's, so they take "max" and the workloads' own values decide (the reclaimed tier
+// claims none). A root nested under another cgroup (cgroup.root "a/tidal") is protected only
+// as far as its ancestors are.
 func (r Resource) Fill(t *plugins.Tree, n plugins.Node) {
+	root := t.Root()
+	root.MemoryLow, root.MemoryMin = plugins.Unlimited, plugins.Unlimited
 	for _, tier := range qos.AllTiers() {
 		s := t.Tier(tier)
 		s.MemoryLimit, s.MemoryHigh = plugins.Unlimited, plugins.Unlimited

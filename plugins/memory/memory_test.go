@@ -30,6 +30,9 @@ func TestFillLimits(t *testing.T) {
 			t.Errorf("%s tier: low %d, min %d, oom-wait %v; want max, max, off", tier, s.MemoryLow, s.MemoryMin, s.MemoryOOMWait)
 		}
 	}
+	if r := tree.Root(); r.MemoryLow != plugins.Unlimited || r.MemoryMin != plugins.Unlimited || r.MemoryLimit != 0 {
+		t.Errorf("root: low %d, min %d, limit %d; want max, max and its limit left alone", r.MemoryLow, r.MemoryMin, r.MemoryLimit)
+	}
 	tree = plugins.NewTree("t", nil, nil)
 	Resource{NoOOMWait: true}.Fill(tree, plugins.Node{LentMemory: 4 << 30})
 	if got := tree.Tier(qos.Reclaimed).MemoryOOMWait; got != plugins.Off {

@@ -26,11 +26,11 @@ func memoryEvent(t *testing.T, n *node, rel, key string) int64 {
 // counts "high" events) and reaches its size as lending grows, never OOM-killed. The online
 // tiers carry memory.low/min max and an online workload memory.low of its working set.
 func TestV2MemoryHighSlowsAFastHog(t *testing.T) {
-	n := newNode(t, "memory:\n  reservedSystemBytes: 256Mi\n  safetyMarginBytes: 128Mi\n  minReclaimedBytes: 128Mi\n  growStepBytes: 16Mi\n  throttleMarginBytes: 64Mi\n  evictPressureAbove: 100\n")
+	n := newNode(t, "memory:\n  reservedSystemBytes: 256Mi\n  safetyMarginBytes: 128Mi\n  minReclaimedBytes: 128Mi\n  growStepBytes: 4Mi\n  throttleMarginBytes: 64Mi\n  evictPressureAbove: 100\n")
 	n.start()
 	n.run("--tier", "shared", "--name", "web", "--", tidalBin(t), "workload", "memhog", "--target", "64Mi")
 	web := n.waitWorkload("web")
-	hog, out := n.run("--tier", "reclaimed", "--name", "hog", "--", tidalBin(t), "workload", "memhog", "--target", "768Mi", "--rate", "0")
+	hog, out := n.run("--tier", "reclaimed", "--name", "hog", "--", tidalBin(t), "workload", "memhog", "--target", "256Mi", "--rate", "0")
 	n.waitWorkload("hog")
 	tier := n.root + "/reclaimed"
 	n.eventually(180*time.Second, "the hog reached its size", func() error {
@@ -56,6 +56,8 @@ func TestV2MemoryHighSlowsAFastHog(t *testing.T) {
 		t.Errorf("%d OOM kills in the reclaimed tier: the hog should have been throttled", kills)
 	}
 	for _, c := range []struct{ rel, file, want string }{
+		{n.root, "memory.low", "max"},
+		{n.root, "memory.min", "max"},
 		{n.root + "/shared", "memory.low", "max"},
 		{n.root + "/dedicated", "memory.min", "max"},
 		{tier, "memory.low", "0"},
