@@ -29,11 +29,13 @@ import (
 	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/plugins/eviction"
 	pgpu "github.com/tidalqos/tidal/plugins/gpu"
+	"github.com/tidalqos/tidal/plugins/memory"
 	"github.com/tidalqos/tidal/plugins/policy"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	sysgpu "github.com/tidalqos/tidal/sysadvisor/gpu"
+	"github.com/tidalqos/tidal/sysadvisor/interference"
 	"github.com/tidalqos/tidal/sysadvisor/topology"
 )
 
@@ -80,6 +82,13 @@ type Agent struct {
 	actions    []reporter.Action
 	applyErr   error
 	lastEvict  time.Time
+
+	// Memory QoS: the memory dimension as configured (status shows its throttle point), the
+	// latest sample's figures, and reclaimed work waiting at its limit.
+	memoryPolicy memory.Resource
+	memFigures   memoryFigures
+	memStall     memoryStall
+
 	// planGeneration grows whenever the fast path shrinks the plan, so a full pass that
 	// started before knows to write the reclaimed limits again.
 	planGeneration uint64
@@ -94,11 +103,13 @@ type Agent struct {
 	// fast is the fast path's window (its goroutine only).
 	fast fastWindow
 
-	// CPU starvation eviction (issue 12). starvation and schedPrev are the slow loop's;
-	// satisfaction (the latest figure of each reclaimed workload, for status) is under mu.
-	starvation   eviction.Starvation
-	schedPrev    map[string]schedReading
-	satisfaction map[string]float64
+	// CPU starvation eviction (issue 12). starvation, its meter and its last reading's time
+	// are the slow loop's; satisfaction (the latest figure of each reclaimed workload, for
+	// status) is under mu.
+	starvation      eviction.Starvation
+	starvationMeter *interference.Meter
+	starvationAt    time.Time
+	satisfaction    map[string]float64
 
 	// poolsChanged wakes the NRI plugin's refresh when a pool's CPUs change.
 	poolsChanged chan struct{}
@@ -186,7 +197,7 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		topo:      topo,
 		layout:    layout,
 		writer:    writer,
-		policy:    policy.Configured(cpuResource(cfg)),
+		policy:    policy.Default().With(cpuResource(cfg)),
 		idle:      writer.SupportsIdle(),
 		procDir:   procDir,
 		store:     state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),
@@ -199,9 +210,11 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 
 		poolsChanged: make(chan struct{}, 1),
 
-		starvation: eviction.Starvation{Floor: cfg.Eviction.StarvationFloor, Window: cfg.Eviction.StarvationWindow},
-		schedPrev:  map[string]schedReading{},
+		starvation:      eviction.Starvation{Floor: cfg.Eviction.StarvationFloor, Window: cfg.Eviction.StarvationWindow},
+		starvationMeter: interference.NewMeter(procDir, layout),
 	}
+	a.memoryPolicy = memoryResource(cfg.Memory)
+	a.policy = a.policy.With(a.memoryPolicy)
 	if a.lease, err = newLeasing(cfg); err != nil {
 		return nil, err
 	}
@@ -328,6 +341,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	a.background.Wait()
 	_ = a.gpuSource.Close()
+	a.starvationMeter.Close()
 	_ = os.Remove(a.cfg.SocketPath)
 	_ = a.stateLock.Close()
 	return serveErr

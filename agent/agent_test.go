@@ -32,7 +32,8 @@ var fakeCgroupFiles = map[string]string{
 	"cgroup.controllers": "cpuset cpu memory", "cgroup.subtree_control": "", "cgroup.procs": "",
 	"cpuset.cpus": "", "cpuset.mems": "", "cpu.weight": "100", "cpu.idle": "0",
 	"cpu.max": "max 100000", "memory.max": "max",
-	"cpu.stat": "usage_usec 0\n", "memory.current": "0", "memory.stat": "inactive_file 0\n",
+	"cpu.stat": "usage_usec 0\n", "memory.current": "0", "memory.stat": "inactive_file 0\nactive_file 0\n",
+	"memory.high": "max", "memory.low": "0", "memory.min": "0",
 }
 
 // cgroup makes a cgroup's files, as the kernel would on mkdir.

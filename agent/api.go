@@ -157,6 +157,8 @@ func (a *Agent) Status() reporter.Status {
 		s.CgroupError = a.applyErr.Error()
 	}
 	s.Lease = a.leaseStatusLocked(s.Time)
+	mem := a.memoryViewLocked(plan.ReclaimedMemory)
+	s.Memory = &mem
 	for _, np := range a.pools {
 		s.Pools = append(s.Pools, reporter.Pool{
 			NUMANode: np.Node, System: np.System.String(), Dedicated: np.Dedicated.String(),

@@ -17,6 +17,7 @@ import (
 	"github.com/tidalqos/tidal/plugins/eviction"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
 )
 
@@ -46,6 +47,8 @@ type sample struct {
 	// reclaimedMemory is what reclaimed work holds; above the lent memory it means the
 	// kernel could not shrink the limit (it refuses to go under usage it cannot reclaim).
 	reclaimedMemory int64
+	// reclaimedUnderOOM: reclaimed work waits at its limit (v1 oom_kill_disable).
+	reclaimedUnderOOM bool
 }
 
 func (a *Agent) slowLoop(ctx context.Context) {
@@ -125,14 +128,15 @@ func (a *Agent) sample(now time.Time, snap state.Snapshot, pools plugins.Pools) 
 	if err != nil {
 		return s, false, err
 	}
-	s.reclaimedMemory = reclaimedMem
-	online := max(s.memory.TotalBytes-s.memory.AvailableBytes-reclaimedMem, 0)
+	s.reclaimedMemory, s.reclaimedUnderOOM = reclaimedMem.WorkingSet, reclaimedMem.UnderOOM
+	online, onlineCache := onlineMemory(s.memory, reclaimedMem, a.cfg.Memory.OnlinePageCache)
 	prev := a.sampler
 	a.sampler = sampler{at: now, cpu: cpus, reclaimed: reclaimedCPU, lastOK: now}
 	elapsed := now.Sub(prev.at)
 	a.sampleWorkloads(now, snap)
 	a.mu.Lock()
 	a.memTotal, a.memOnline = s.memory.TotalBytes, online
+	a.memFigures = memoryFigures{onlinePageCache: onlineCache, reclaimed: reclaimedMem.WorkingSet, waiting: reclaimedMem.UnderOOM}
 	a.mu.Unlock()
 	if prev.cpu == nil || elapsed <= 0 {
 		return s, false, nil
@@ -182,19 +186,20 @@ func (a *Agent) reclaimedCgroups(snap state.Snapshot) []string {
 
 // reclaimedUsage sums the CPU time and memory of reclaimed work. tidal's own tier must be
 // readable; a pod's cgroup may be gone already (the pod just ended).
-func (a *Agent) reclaimedUsage(snap state.Snapshot) (time.Duration, int64, error) {
+func (a *Agent) reclaimedUsage(snap state.Snapshot) (time.Duration, reclaimedMemory, error) {
 	var used time.Duration
-	var mem int64
+	var mem reclaimedMemory
 	for i, p := range a.reclaimedCgroups(snap) {
 		c, err := a.layout.CPUUsage(p)
 		if err == nil {
-			var m int64
-			if m, err = a.layout.MemoryUsage(p); err == nil {
-				used, mem = used+c, mem+m
+			var m cgroupfs.MemoryStat
+			if m, err = a.layout.MemoryStat(p); err == nil {
+				used += c
+				mem.add(m)
 			}
 		}
 		if err != nil && i == 0 {
-			return 0, 0, err
+			return 0, reclaimedMemory{}, err
 		}
 	}
 	return used, mem, nil
@@ -266,9 +271,13 @@ func (a *Agent) maybeEvictForMemory(ctx context.Context, s sample) {
 	a.mu.Lock()
 	lent := a.writtenPlanLocked(time.Now(), snap).ReclaimedMemory
 	cooling := time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown
+	stalled := a.memStall.observe(time.Now(), s.reclaimedUnderOOM, lent, a.cfg.Memory.StalledEvictAfter)
 	a.mu.Unlock()
 	if !short && s.reclaimedMemory > lent {
 		reason, short = fmt.Sprintf("reclaimed work holds %dMiB, more than the %dMiB lent", s.reclaimedMemory>>20, lent>>20), true
+	}
+	if !short && stalled != "" {
+		reason, short = stalled, true
 	}
 	if !short || cooling || evicting(snap) {
 		return

@@ -31,6 +31,7 @@ func (a *Agent) publish(snap state.Snapshot) {
 		a.metrics.SetControl(np.Node, a.controlStatusLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]))
 	}
 	a.metrics.SetLendable(a.lendableLocked(now))
+	a.metrics.SetMemory(a.memoryViewLocked(plan.ReclaimedMemory))
 	a.metrics.SetGPUs(gpus)
 	byTier := map[string]int{}
 	for _, t := range qos.AllTiers() {
@@ -123,6 +124,8 @@ type numaView struct {
 	// Control is how ReclaimedMilliCPU was sized (as `tidal status` shows it), with the
 	// worst few indicators only, to keep the annotation small.
 	Control reporter.Control `json:"control"`
+	// ReclaimedMemoryBytes is the lent memory's share on this node (memory.go).
+	ReclaimedMemoryBytes int64 `json:"reclaimedMemoryBytes"`
 }
 
 type topologyView struct {
@@ -143,7 +146,8 @@ func (a *Agent) topologyViewLocked(now time.Time, snap state.Snapshot, gpus []re
 		v.NUMA = append(v.NUMA, numaView{
 			Node: np.Node, CPUs: a.topo.CPUsOfNUMA(np.Node).String(), System: np.System.String(), Dedicated: np.Dedicated.String(),
 			Shared: np.Shared.String(), Reclaimed: np.Reclaimed.String(), ReclaimedMilliCPU: plan.ReclaimedMilliCPU[np.Node],
-			Control: a.annotatedControlLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]),
+			Control:              a.annotatedControlLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]),
+			ReclaimedMemoryBytes: lentOnNUMA(a.topo, np.Node, plan.ReclaimedMemory),
 		})
 	}
 	for _, g := range gpus {

@@ -7,14 +7,8 @@ import (
 	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/plugins/eviction"
 	"github.com/tidalqos/tidal/qos"
-	"github.com/tidalqos/tidal/sysadvisor/metrics"
+	"github.com/tidalqos/tidal/sysadvisor/interference"
 )
-
-// schedReading is one workload's threads' scheduler counters at one slow pass.
-type schedReading struct {
-	at      time.Time
-	threads map[int]metrics.SchedTime
-}
 
 // maybeEvictStarved evicts the lowest-priority reclaimed workload starved of CPU for the
 // configured window (eviction.starvationFloor, eviction.starvationWindow), one at a time with
@@ -52,51 +46,32 @@ func (a *Agent) maybeEvictStarved(ctx context.Context, now time.Time) {
 	}
 }
 
-// sampleStarvation reads every reclaimed workload's threads' run and wait time and turns the
-// change since the previous pass into a sample. Only threads seen both times count, so a
-// thread that came or went moves nothing; a workload read for the first time, or not
-// readable, is Unknown.
+// sampleStarvation reads every reclaimed workload's threads' run and wait time (the same
+// meter as the interference feedback's, owned by the slow loop) and turns the change since
+// the previous pass into a sample. Only threads seen both times count, so a thread that came
+// or went moves nothing; a workload read for the first time, or not readable, is Unknown.
 func (a *Agent) sampleStarvation(now time.Time, snap state.Snapshot) []eviction.CPUSample {
-	var out []eviction.CPUSample
-	seen := map[string]bool{}
+	var groups []interference.Group
+	byName := map[string]state.Record{}
 	for _, r := range snap.Workloads {
-		if r.Tier != qos.Reclaimed {
-			continue
+		if r.Tier == qos.Reclaimed {
+			groups = append(groups, interference.Group{Name: r.Name, Cgroup: r.Cgroup, Recursive: r.Owner.Foreign()})
+			byName[r.Name] = r
 		}
-		seen[r.Name] = true
+	}
+	elapsed := now.Sub(a.starvationAt)
+	a.starvationAt = now
+	out := make([]eviction.CPUSample, 0, len(groups))
+	for _, got := range a.starvationMeter.Read(groups, 0) {
+		r := byName[got.Name]
 		// What it asked for: its own cap (tidal run --cpus, a pod's reclaimed-millicpu).
 		sample := eviction.CPUSample{Workload: r.Workload, AskedMilli: r.Workload.MilliCPU, Unknown: true}
-		tids, err := a.layout.Threads(r.Cgroup, r.Owner.Foreign())
-		if err != nil {
-			delete(a.schedPrev, r.Name)
-			out = append(out, sample)
-			continue
-		}
-		cur := schedReading{at: now, threads: make(map[int]metrics.SchedTime, len(tids))}
-		for _, tid := range tids {
-			if st, err := metrics.ReadSchedTime(a.procDir, tid); err == nil {
-				cur.threads[tid] = st
-			}
-		}
-		prev, ok := a.schedPrev[r.Name]
-		a.schedPrev[r.Name] = cur
-		if elapsed := now.Sub(prev.at); ok && elapsed > 0 {
-			var run, wait time.Duration
-			for tid, st := range cur.threads {
-				if p, ok := prev.threads[tid]; ok && st.Run >= p.Run && st.Wait >= p.Wait {
-					run, wait = run+st.Run-p.Run, wait+st.Wait-p.Wait
-				}
-			}
-			sample.GotMilli = state.Milli(run, elapsed)
-			sample.ReadyMilli = state.Milli(run+wait, elapsed)
+		if got.Err == nil && !got.First && elapsed > 0 {
+			sample.GotMilli = state.Milli(got.Run, elapsed)
+			sample.ReadyMilli = state.Milli(got.Run+got.Wait, elapsed)
 			sample.Unknown = false
 		}
 		out = append(out, sample)
-	}
-	for name := range a.schedPrev {
-		if !seen[name] {
-			delete(a.schedPrev, name)
-		}
 	}
 	return out
 }

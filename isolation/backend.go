@@ -27,6 +27,9 @@ type backend interface {
 	fileValue(k knob, value string) string
 	read(path string, k knob) (string, error)
 	write(path string, k knob, value string) error
+	// supports says whether this cgroup version has the knob at all; Apply leaves out the
+	// ones it has not (memory.low on v1, oom_kill_disable on v2).
+	supports(k knob) bool
 	// forget drops cached handles, so a cgroup removed behind tidal's back is re-created.
 	forget()
 }
@@ -186,9 +189,25 @@ func (b *v1Backend) read(path string, k knob) (string, error) {
 		return "", nil
 	case knobBurst:
 		return file("cpu", "cpu.cfs_burst_us")
+	case knobMemoryHigh:
+		v, err := file("memory", "memory.soft_limit_in_bytes")
+		if n, perr := strconv.ParseInt(v, 10, 64); perr == nil && n >= v1MemoryUnlimited {
+			return "-1", err
+		}
+		return v, err
+	case knobMemoryOOMWait:
+		v, err := file("memory", "memory.oom_control")
+		for _, line := range strings.Split(v, "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill_disable" {
+				return f[1], err
+			}
+		}
+		return "", err
 	}
 	return "", fmt.Errorf("unknown knob %d", k)
 }
+
+func (b *v1Backend) supports(k knob) bool { return k != knobMemoryLow && k != knobMemoryMin }
 
 func (b *v1Backend) write(path string, k knob, value string) error {
 	switch k {
@@ -220,6 +239,11 @@ func (b *v1Backend) write(path string, k knob, value string) error {
 			return nil
 		}
 		return writeDeviceRules(b.layout.Dir("devices", path), value)
+	case knobMemoryHigh:
+		// The kernel takes -1 as unlimited.
+		return writeFile(filepath.Join(b.layout.Dir("memory", path), "memory.soft_limit_in_bytes"), value)
+	case knobMemoryOOMWait:
+		return writeFile(filepath.Join(b.layout.Dir("memory", path), "memory.oom_control"), value)
 	}
 	return fmt.Errorf("unknown knob %d", k)
 }
@@ -325,13 +349,15 @@ func (b *v2Backend) read(path string, k knob) (string, error) {
 		default:
 			v = q
 		}
-	case knobMemoryLimit:
+	case knobMemoryLimit, knobMemoryHigh, knobMemoryLow, knobMemoryMin:
 		if v == "max" {
 			v = "-1"
 		}
 	}
 	return v, err
 }
+
+func (b *v2Backend) supports(k knob) bool { return k != knobMemoryOOMWait }
 
 func (b *v2Backend) write(path string, k knob, value string) error {
 	switch {
@@ -343,6 +369,9 @@ func (b *v2Backend) write(path string, k knob, value string) error {
 		return writeFile(filepath.Join(b.layout.Unified, path, v2File(k)), value)
 	case k == knobMemoryLimit && value == "-1":
 		return writeFile(filepath.Join(b.layout.Unified, path, "memory.max"), "max")
+	case k == knobMemoryHigh || k == knobMemoryLow || k == knobMemoryMin:
+		n, _ := strconv.ParseInt(value, 10, 64)
+		return writeFile(filepath.Join(b.layout.Unified, path, v2File(k)), translate.MemoryFile(n))
 	}
 	m, err := b.manager(path)
 	if err != nil {
@@ -373,7 +402,8 @@ func (b *v2Backend) write(path string, k knob, value string) error {
 
 // v2File is the unified-hierarchy file behind a knob.
 func v2File(k knob) string {
-	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.weight", "cpu.max", "memory.max", "", "cpu.max.burst"}[k]
+	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.weight", "cpu.max", "memory.max", "", "cpu.max.burst",
+		"memory.high", "memory.low", "memory.min", ""}[k]
 }
 
 func writeFile(path, value string) error {

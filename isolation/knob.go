@@ -25,12 +25,18 @@ const (
 	// knobBurst comes after knobQuota: a burst may only rise once the quota has (the kernel
 	// refuses a burst above the quota); Apply lowers it before the quota.
 	knobBurst
+	// Memory QoS: see plugins.Settings. Low and min exist on v2 only, oom-wait on v1 only.
+	knobMemoryHigh
+	knobMemoryLow
+	knobMemoryMin
+	knobMemoryOOMWait
 	numKnobs
 )
 
 // String names the knob as metrics and logs show it.
 func (k knob) String() string {
-	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices", "cpu.burst"}[k]
+	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices", "cpu.burst",
+		"memory.high", "memory.low", "memory.min", "memory.oom-wait"}[k]
 }
 
 // v1 reports "no memory limit" as a page-rounded LONG_MAX; anything this large is unlimited.
@@ -70,6 +76,17 @@ func wanted(s plugins.Settings) map[knob]string {
 		w[knobBurst] = "0"
 	case c.Burst > 0:
 		w[knobBurst] = strconv.FormatInt(c.Burst, 10)
+	}
+	for k, v := range map[knob]int64{knobMemoryHigh: c.MemoryHigh, knobMemoryLow: c.MemoryLow, knobMemoryMin: c.MemoryMin} {
+		if v != 0 {
+			w[k] = strconv.FormatInt(v, 10)
+		}
+	}
+	switch c.OOMWait {
+	case plugins.On:
+		w[knobMemoryOOMWait] = "1"
+	case plugins.Off:
+		w[knobMemoryOOMWait] = "0"
 	}
 	return w
 }

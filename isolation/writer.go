@@ -118,7 +118,7 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 			}
 		}
 		for k, v := range wants[i] {
-			if w.absent[k] {
+			if w.absent[k] || !w.backend.supports(k) {
 				delete(wants[i], k)
 				continue
 			}

@@ -33,6 +33,21 @@ type Settings struct {
 	CPUQuota int64
 	// MemoryLimit is a hard limit in bytes, or Unlimited.
 	MemoryLimit int64
+
+	// Memory QoS (below the hard limit; see plugins/memory). Each is bytes, Unlimited, or 0
+	// to leave the file alone.
+	//
+	// MemoryHigh is the throttle point: on v2 memory.high (the kernel reclaims and slows
+	// the cgroup's allocations above it); on v1 memory.soft_limit_in_bytes (global reclaim
+	// takes from cgroups above their soft limit first; no throttling).
+	MemoryHigh int64
+	// MemoryLow is best-effort protection from reclaim (v2 memory.low; v1 has none).
+	MemoryLow int64
+	// MemoryMin is hard protection from reclaim (v2 memory.min; v1 has none).
+	MemoryMin int64
+	// MemoryOOMWait makes tasks that reach the hard limit wait for memory instead of being
+	// OOM-killed (v1 memory.oom_control oom_kill_disable; v2 has no such knob).
+	MemoryOOMWait Toggle
 	// Devices are device cgroup rules applied in order, each "allow <rule>" or
 	// "deny <rule>" with a rule as the kernel takes it ("c 195:* rwm"); nil leaves them.
 	// cgroup v1 only: on v2 device access is an eBPF program, left to the runtime.

@@ -34,6 +34,8 @@ type Metrics struct {
 	// CPU burst and starvation eviction (issue 12).
 	cpuBurst   *prometheus.GaugeVec
 	cpuStarved prometheus.Gauge
+
+	memory *memoryMetrics
 }
 
 // WriteCounts are the cgroup write path's counters by knob: writes, failed writes, and
@@ -107,6 +109,7 @@ func NewMetrics(writes WriteCounter) *Metrics {
 		Name: "tidal_cpu_starved_workloads", Help: "Reclaimed workloads whose CPU satisfaction is below eviction.starvationFloor now (evicted once it lasts eviction.starvationWindow; counted in tidal_evictions_total{reason=\"cpu-starved\"}).",
 	})
 	m.registry.MustRegister(m.cpuBurst, m.cpuStarved)
+	m.memory = newMemoryMetrics(m.registry)
 	m.registry.MustRegister(m.usageCeiling, m.interferenceCap, m.indicatorLoad, m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
 		m.evictions, m.loopDuration, m.metricsFresh, m.hookCalls, m.hookDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

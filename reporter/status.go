@@ -37,6 +37,8 @@ type Status struct {
 	SlowPasses uint64 `json:"slowPasses"`
 	// Lease is what the arbiter lets the node lend; absent without an arbiter.
 	Lease *Lease `json:"lease,omitempty"`
+	// Memory is the memory dimension: lent, throttle point, online demand and page cache.
+	Memory *Memory `json:"memory,omitempty"`
 }
 
 // Lease is the node's lease from the arbiter.
@@ -177,6 +179,7 @@ func WriteText(w io.Writer, s Status) error {
 		fmt.Fprintf(tw, "cgroup writes failing: %s\n", s.CgroupError)
 	}
 	fmt.Fprintf(tw, "lendable: %dm CPU, %s memory, %d GPUs\n", s.Lendable.MilliCPU, human(s.Lendable.MemoryBytes), s.Lendable.GPUs)
+	writeMemoryText(tw, s.Memory)
 	if l := s.Lease; l != nil {
 		state := "active until " + l.Expires.Format(time.RFC3339)
 		if !l.Active {

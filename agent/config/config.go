@@ -183,6 +183,19 @@ type Memory struct {
 	// EvictPressureAbove: reclaimed work is evicted when memory PSI
 	// "some avg10" (percent) exceeds this.
 	EvictPressureAbove float64 `yaml:"evictPressureAbove"`
+
+	// Memory QoS and page-cache-aware lending (docs/config.md).
+	//
+	// ThrottleMarginBytes puts reclaimed work's throttle point (v2 memory.high, v1
+	// memory.soft_limit_in_bytes) this far below what is lent.
+	ThrottleMarginBytes int64 `yaml:"throttleMarginBytes"`
+	// OOMWait (v1): a reclaimed task at its limit waits for lending to grow instead of
+	// being OOM-killed; evicted after StalledEvictAfter if lending cannot grow.
+	OOMWait           bool          `yaml:"oomWait"`
+	StalledEvictAfter time.Duration `yaml:"stalledEvictAfter"`
+	// OnlinePageCache counts online work's active page cache as online demand, so what is
+	// lent leaves it in place.
+	OnlinePageCache bool `yaml:"onlinePageCache"`
 }
 
 // Loops configures the control loops.
@@ -309,6 +322,11 @@ func Default() Config {
 			GrowStepBytes:            1 * yamlconf.Gi,
 			EvictAvailableBelowBytes: 512 * yamlconf.Mi,
 			EvictPressureAbove:       10,
+			// Memory QoS.
+			ThrottleMarginBytes: 256 * yamlconf.Mi,
+			OOMWait:             true,
+			StalledEvictAfter:   10 * time.Second,
+			OnlinePageCache:     true,
 		},
 		Loops: Loops{
 			SlowInterval:      time.Second,

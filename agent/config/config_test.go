@@ -84,6 +84,10 @@ memory:
   growStepBytes: 134217728
   evictAvailableBelowBytes: "100Mi"
   evictPressureAbove: 25.5
+  throttleMarginBytes: 512Mi
+  oomWait: false
+  stalledEvictAfter: 30s
+  onlinePageCache: false
 loops:
   slowInterval: 2s
   fastInterval: 5ms
@@ -150,6 +154,8 @@ func fullExampleConfig() Config {
 			GrowStepBytes:            128 * yamlconf.Mi,
 			EvictAvailableBelowBytes: 100 * yamlconf.Mi,
 			EvictPressureAbove:       25.5,
+			ThrottleMarginBytes:      512 * yamlconf.Mi,
+			StalledEvictAfter:        30 * time.Second,
 		},
 		Loops: Loops{
 			SlowInterval:      2 * time.Second,
@@ -543,6 +549,8 @@ func TestValidateBoundaries(t *testing.T) {
 		"cpu.spikeThreshold":         func(c *Config) { c.CPU.SpikeThreshold = 0 },
 		"memory.reservedSystemBytes": func(c *Config) { c.Memory.ReservedSystemBytes = -1 },
 		"memory.evictPressureAbove":  func(c *Config) { c.Memory.EvictPressureAbove = 0 },
+		"memory.throttleMarginBytes": func(c *Config) { c.Memory.ThrottleMarginBytes = -1 },
+		"memory.stalledEvictAfter":   func(c *Config) { c.Memory.StalledEvictAfter = time.Millisecond },
 		"loops.slowInterval":         func(c *Config) { c.Loops.SlowInterval = 99 * time.Millisecond },
 		"loops.fastInterval":         func(c *Config) { c.Loops.FastInterval = c.Loops.SlowInterval },
 		"loops.fastWindow":           func(c *Config) { c.Loops.FastWindow = c.Loops.FastInterval - 1 },

@@ -223,6 +223,13 @@ var schema = []*entry{
 			sizeWant("> 0", "512Mi"), above[int64](0)),
 		leaf("evictPressureAbove", kindFloat, func(c *Config) *float64 { return &c.Memory.EvictPressureAbove },
 			"a number in (0, 100] (percent)", inRange(0, 100, true)),
+		// Memory QoS.
+		leaf("throttleMarginBytes", kindSize, func(c *Config) *int64 { return &c.Memory.ThrottleMarginBytes },
+			sizeWant(">= 0", "256Mi"), atLeast[int64](0)),
+		leaf("oomWait", kindBool, func(c *Config) *bool { return &c.Memory.OOMWait }, "true or false", nil),
+		leaf("stalledEvictAfter", kindDuration, func(c *Config) *time.Duration { return &c.Memory.StalledEvictAfter },
+			`a duration >= 1s, such as "10s"`, atLeast(time.Second)),
+		leaf("onlinePageCache", kindBool, func(c *Config) *bool { return &c.Memory.OnlinePageCache }, "true or false", nil),
 	),
 	section("loops",
 		leaf("slowInterval", kindDuration, func(c *Config) *time.Duration { return &c.Loops.SlowInterval },

@@ -26,12 +26,34 @@ type kernel struct {
 	period     uint64
 	memory     int64
 	burst      int64 // µs per period; 0 not written, -1 cleared
+	// Memory QoS: v2's memory.high, memory.low and memory.min ("high=..;low=..;min=.."),
+	// v1's oom_kill_disable. v1's soft limit has no runtime field: the agent writes it.
+	memQoS  string
+	oomWait bool
+}
+
+func memQoS(high, low, min string) string {
+	return "high=" + high + ";low=" + low + ";min=" + min
+}
+
+func unifiedQoS(u map[string]string) string {
+	return memQoS(u["memory.high"], u["memory.low"], u["memory.min"])
+}
+
+func fileOrEmpty(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return translate.MemoryFile(n)
 }
 
 func fromCgroup(c translate.Cgroup, v2 bool) kernel {
 	k := kernel{cpus: c.CPUs, mems: c.Mems, idle: c.Idle == plugins.On, weight: c.Shares, quota: c.Quota, memory: c.Memory, burst: c.Burst}
 	if v2 {
 		k.weight = translate.Weight(c.Shares)
+		k.memQoS = memQoS(fileOrEmpty(c.MemoryHigh), fileOrEmpty(c.MemoryLow), fileOrEmpty(c.MemoryMin))
+	} else {
+		k.memQoS, k.oomWait = memQoS("", "", ""), c.OOMWait == plugins.On
 	}
 	if c.Quota != 0 {
 		k.period = translate.PeriodMicros // the writer's fixed period
@@ -56,7 +78,7 @@ func unifiedBurst(u map[string]string) int64 {
 func fromCRI(r *runtimeapi.LinuxContainerResources, v2 bool) kernel {
 	return kernel{cpus: r.CpusetCpus, mems: r.CpusetMems, idle: r.Unified["cpu.idle"] == "1",
 		weight: runtimeWeight(uint64(r.CpuShares), v2), quota: r.CpuQuota, period: uint64(r.CpuPeriod), memory: r.MemoryLimitInBytes,
-		burst: unifiedBurst(r.Unified)}
+		burst: unifiedBurst(r.Unified), memQoS: unifiedQoS(r.Unified)}
 }
 
 func fromNRI(r *api.LinuxResources, v2 bool) kernel {
@@ -70,8 +92,10 @@ func fromNRI(r *api.LinuxResources, v2 bool) kernel {
 		k.quota, k.period = c.Quota.GetValue(), c.Period.GetValue()
 	}
 	k.memory = r.Memory.GetLimit().GetValue()
+	k.oomWait = r.Memory.GetDisableOomKiller().GetValue()
 	k.idle = r.Unified["cpu.idle"] == "1"
 	k.burst = unifiedBurst(r.Unified)
+	k.memQoS = unifiedQoS(r.Unified)
 	return k
 }
 
@@ -92,7 +116,7 @@ func node(idle bool) plugins.Node {
 // CPU burst goes through the hooks only on v2 beside a quota the decision sets itself; else
 // the pod's cgroup carries it, and a cleared one is the kernel's default.
 func TestCgroupCRIAndNRIAgree(t *testing.T) {
-	pol := policy.Configured(cpu.Resource{Burst: cpu.Burst{System: 50, Dedicated: 50, Shared: 50}})
+	pol := policy.Default().With(cpu.Resource{Burst: cpu.Burst{System: 50, Dedicated: 50, Shared: 50}})
 	for _, tier := range qos.AllTiers() {
 		for _, idle := range []bool{false, true} {
 			for _, v2 := range []bool{false, true} {
@@ -123,8 +147,14 @@ func TestCgroupCRIAndNRIAgree(t *testing.T) {
 							if cg.burst > 0 && cg.quota > 0 && cg.burst > cg.quota {
 								t.Errorf("burst %dus above the quota %dus: the kernel refuses it", cg.burst, cg.quota)
 							}
-							if viaCRI != want || viaNRI != want {
+							// CRI has no oom_kill_disable: on v1 the agent writes the pod's.
+							wantCRI := want
+							wantCRI.oomWait = false
+							if viaCRI != wantCRI || viaNRI != want {
 								t.Errorf("cgroup %+v\nwant from hooks %+v\nCRI   %+v\nNRI   %+v", cg, want, viaCRI, viaNRI)
+							}
+							if tier == qos.Reclaimed && owner.Foreign() && (cg.memQoS == memQoS("", "", "") && v2 || !v2 && !cg.oomWait) {
+								t.Errorf("a reclaimed pod gets no throttle: %+v", cg)
 							}
 							if cg.quota > 0 && cg.quota < translate.MinQuotaMicros {
 								t.Errorf("quota %dus under the kernel's floor", cg.quota)

@@ -46,6 +46,10 @@ type Cgroup struct {
 	// BurstPercent sizes the burst on the quota the cgroup has (someone else's): the writer
 	// reads it. 0: Burst says.
 	BurstPercent int32
+
+	// Memory QoS, bytes or -1 (v2 "max", v1 unlimited); see plugins.Settings.
+	MemoryHigh, MemoryLow, MemoryMin int64
+	OOMWait                          plugins.Toggle
 }
 
 // ToCgroup is what the writer puts in a cgroup for s.
@@ -61,9 +65,9 @@ func ToCgroup(s plugins.Settings) Cgroup {
 		c.Shares = min(max(s.CPUShares, MinShares), MaxShares)
 	}
 	c.Quota = QuotaMicros(s.CPUQuota)
-	if s.MemoryLimit != 0 {
-		c.Memory = max(s.MemoryLimit, plugins.Unlimited)
-	}
+	c.Memory = memoryBytes(s.MemoryLimit)
+	c.MemoryHigh, c.MemoryLow, c.MemoryMin = memoryBytes(s.MemoryHigh), memoryBytes(s.MemoryLow), memoryBytes(s.MemoryMin)
+	c.OOMWait = s.MemoryOOMWait
 	c.Burst = BurstMicros(s.CPUBurst)
 	if s.CPUBurstPercent > 0 {
 		c.Burst, c.BurstPercent = 0, min(s.CPUBurstPercent, 100)
@@ -81,6 +85,18 @@ func BurstMicros(milli int64) int64 {
 		return -1
 	}
 	return mulDiv(milli, PeriodMicros, 1000)
+}
+
+// memoryBytes is a memory setting as the files take it: 0 leaves it, any negative value
+// lifts it (-1).
+func memoryBytes(n int64) int64 { return max(n, plugins.Unlimited) }
+
+// MemoryFile is a memory value as cgroup v2 files write it ("max" for -1).
+func MemoryFile(n int64) string {
+	if n < 0 {
+		return "max"
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // QuotaMicros turns a quota in millicores into µs per PeriodMicros: 0 stays 0 (leave), a
@@ -142,7 +158,11 @@ type Container struct {
 	Quota      int64  // µs per Period, or -1
 	Period     uint64
 	Memory     int64
-	// Unified are cgroup v2 files with no field of their own (cpu.idle, cpu.max.burst).
+	// OOMWait is v1's oom_kill_disable, which NRI carries and CRI has no field for (the
+	// agent writes it to the pod's cgroup).
+	OOMWait bool
+	// Unified are cgroup v2 files with no field of their own (cpu.idle, cpu.max.burst,
+	// memory.high, memory.low, memory.min).
 	Unified map[string]string
 }
 
@@ -176,12 +196,36 @@ func ToContainer(s plugins.Settings, cgroupV2 bool) Container {
 		}
 		c.Unified["cpu.max.burst"] = strconv.FormatInt(min(cg.Burst, c.Quota), 10)
 	}
+	memoryQoS(cg, cgroupV2, &c)
 	return c
+}
+
+// memoryQoS adds the memory QoS files to c: on v2 as unified resources (runc writes them
+// as they are); on v1 only oom_kill_disable has a runtime field (NRI's), and the soft
+// limit is written by the agent to the pod's cgroup (runc's "reservation" means
+// memory.low on v2, so it is not used for either).
+func memoryQoS(cg Cgroup, cgroupV2 bool, c *Container) {
+	if !cgroupV2 {
+		c.OOMWait = cg.OOMWait == plugins.On
+		return
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"memory.high", cg.MemoryHigh}, {"memory.low", cg.MemoryLow}, {"memory.min", cg.MemoryMin}} {
+		if f.v == 0 {
+			continue
+		}
+		if c.Unified == nil {
+			c.Unified = map[string]string{}
+		}
+		c.Unified[f.name] = MemoryFile(f.v)
+	}
 }
 
 // IsZero says whether c changes nothing.
 func (c Container) IsZero() bool {
-	return c.CPUs == "" && c.Mems == "" && c.Shares == 0 && c.Quota == 0 && c.Memory == 0 && len(c.Unified) == 0
+	return c.CPUs == "" && c.Mems == "" && c.Shares == 0 && c.Quota == 0 && c.Memory == 0 && !c.OOMWait && len(c.Unified) == 0
 }
 
 // CRI lays c over a CRI container's resources.
@@ -225,8 +269,14 @@ func (c Container) NRI() *api.LinuxResources {
 			r.Cpu.Quota, r.Cpu.Period = api.Int64(c.Quota), api.UInt64(c.Period)
 		}
 	}
-	if c.Memory != 0 {
-		r.Memory = &api.LinuxMemory{Limit: api.Int64(c.Memory)}
+	if c.Memory != 0 || c.OOMWait {
+		r.Memory = &api.LinuxMemory{}
+		if c.Memory != 0 {
+			r.Memory.Limit = api.Int64(c.Memory)
+		}
+		if c.OOMWait {
+			r.Memory.DisableOomKiller = api.Bool(true)
+		}
 	}
 	if len(c.Unified) > 0 {
 		r.Unified = make(map[string]string, len(c.Unified))

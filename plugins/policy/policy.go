@@ -20,15 +20,10 @@ type Policy struct {
 	resources []plugins.Resource
 }
 
-// Default is the policy tidal runs, every dimension it manages, with the CPU dimension's
-// defaults.
+// Default is the policy tidal runs, every dimension it manages, each with its defaults; With
+// swaps in a dimension as configured.
 func Default() Policy {
-	return Configured(cpu.Resource{})
-}
-
-// Configured is the policy tidal runs with the CPU dimension as configured (CPU burst).
-func Configured(c cpu.Resource) Policy {
-	return New(c, memory.Resource{}, gpu.Resource{})
+	return New(cpu.Resource{}, memory.Resource{}, gpu.Resource{})
 }
 
 // New builds a policy from resources, run in the order given. Two resources of one name are
@@ -67,4 +62,18 @@ func (p Policy) Decide(w plugins.Workload, n plugins.Node) plugins.Decision {
 		r.Decide(w, n, &d)
 	}
 	return d
+}
+
+// With is p with r in place of the resource of the same name (a dimension configured from
+// the agent's config), or r added last when there is none.
+func (p Policy) With(r plugins.Resource) Policy {
+	out := Policy{resources: append([]plugins.Resource(nil), p.resources...)}
+	for i, have := range out.resources {
+		if have.Name() == r.Name() {
+			out.resources[i] = r
+			return out
+		}
+	}
+	out.resources = append(out.resources, r)
+	return out
 }

@@ -47,6 +47,73 @@ func (l *Layout) MemoryUsage(rel string) (int64, error) {
 	return max(usage-inactive, 0), nil
 }
 
+// MemoryStat is what the memory controller says of one cgroup and its descendants, in bytes.
+type MemoryStat struct {
+	// WorkingSet is usage less inactive page cache (as MemoryUsage).
+	WorkingSet int64
+	// ActiveFile is its active page cache.
+	ActiveFile int64
+	// UnderOOM: v1 with oom_kill_disable, its tasks wait at the hard limit.
+	UnderOOM bool
+}
+
+// MemoryStat reads cgroup rel's working set, active page cache and (v1) OOM state.
+func (l *Layout) MemoryStat(rel string) (MemoryStat, error) {
+	dir := l.Dir("memory", rel)
+	usageFile, prefix := "memory.current", ""
+	if l.Version == V1 {
+		usageFile, prefix = "memory.usage_in_bytes", "total_"
+	}
+	usage, err := readInt(filepath.Join(dir, usageFile))
+	if err != nil {
+		return MemoryStat{}, err
+	}
+	keys, err := readKeys(filepath.Join(dir, "memory.stat"), prefix+"inactive_file", prefix+"active_file")
+	if err != nil {
+		return MemoryStat{}, err
+	}
+	st := MemoryStat{WorkingSet: max(usage-keys[0], 0), ActiveFile: keys[1]}
+	if l.Version == V1 {
+		oom, err := readKeys(filepath.Join(dir, "memory.oom_control"), "under_oom")
+		if err != nil {
+			return MemoryStat{}, err
+		}
+		st.UnderOOM = oom[0] != 0
+	}
+	return st, nil
+}
+
+// readKeys reads the values of keys in a flat keyed file, in one pass; a missing key is an
+// error.
+func readKeys(path string, keys ...string) ([]int64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(keys))
+	found := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		for i, want := range keys {
+			if k == want {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %s: %w", path, k, err)
+				}
+				out[i] = n
+				found++
+			}
+		}
+	}
+	if found < len(keys) {
+		return nil, fmt.Errorf("%s: want lines %v", path, keys)
+	}
+	return out, nil
+}
+
 // Procs lists the processes in cgroup rel (and its descendants when recursive).
 func (l *Layout) Procs(rel string, recursive bool) ([]int, error) {
 	return l.ids(rel, "cgroup.procs", recursive)

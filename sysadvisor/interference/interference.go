@@ -37,6 +37,8 @@ type Reading struct {
 	Periods, Throttled int64
 	// Err is set when the group could not be read (its cgroup just went away).
 	Err error
+	// First: the group was read for the first time, so its figures are only a baseline.
+	First bool
 }
 
 // WaitRatio is run-queue wait per unit of CPU run: 0.1 means the threads waited 1 ms for
@@ -133,6 +135,8 @@ func (m *Meter) Read(groups []Group, minRun time.Duration) []Reading {
 	seenCgroup := make(map[string]bool, len(groups))
 	for _, g := range groups {
 		r := Reading{Group: g}
+		_, seen := m.cgroups[g.Cgroup] // counters of groups not read last round are closed
+		r.First = !seen
 		if ran := m.ran(g); ran >= 0 && ran < minRun {
 			r.Run = ran
 			out = append(out, r)

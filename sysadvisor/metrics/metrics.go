@@ -8,9 +8,7 @@ package metrics
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,6 +50,9 @@ type Memory struct {
 	TotalBytes     int64
 	AvailableBytes int64 // the kernel's estimate of what can be allocated without swapping
 	FreeBytes      int64
+	// ActiveFileBytes is Active(file): page cache used more than once recently, which the
+	// kernel counts as available but reclaims only after inactive pages.
+	ActiveFileBytes int64
 }
 
 // ReadMemory reads procRoot/meminfo.
@@ -77,6 +78,9 @@ func ReadMemory(procRoot string) (Memory, error) {
 	m.AvailableBytes = m.FreeBytes
 	if mi.MemAvailableBytes != nil {
 		m.AvailableBytes = int64(*mi.MemAvailableBytes)
+	}
+	if mi.ActiveFileBytes != nil {
+		m.ActiveFileBytes = int64(*mi.ActiveFileBytes)
 	}
 	return m, nil
 }
@@ -125,27 +129,3 @@ func ReadPressure(procRoot, resource string) (Pressure, error) {
 	return p, nil
 }
 
-// SchedTime is one thread's scheduler counters (/proc/<tid>/schedstat): time it ran and time
-// it was runnable but waited for a CPU.
-type SchedTime struct {
-	Run, Wait time.Duration
-}
-
-// ReadSchedTime reads a thread's scheduler counters. A thread that exited is os.ErrNotExist
-// (wrapped), like any file.
-func ReadSchedTime(procRoot string, tid int) (SchedTime, error) {
-	data, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(tid), "schedstat"))
-	if err != nil {
-		return SchedTime{}, err
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 2 {
-		return SchedTime{}, fmt.Errorf("/proc/%d/schedstat: %q: want run and wait nanoseconds", tid, data)
-	}
-	run, err1 := strconv.ParseInt(f[0], 10, 64)
-	wait, err2 := strconv.ParseInt(f[1], 10, 64)
-	if err1 != nil || err2 != nil || run < 0 || wait < 0 {
-		return SchedTime{}, fmt.Errorf("/proc/%d/schedstat: %q: want run and wait nanoseconds", tid, data)
-	}
-	return SchedTime{Run: time.Duration(run), Wait: time.Duration(wait)}, nil
-}

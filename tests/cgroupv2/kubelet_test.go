@@ -93,7 +93,9 @@ func TestV2KubeletLayouts(t *testing.T) {
 
 			w := newWriter(t, l)
 			pools := plugins.Pools{{Node: 0, Shared: cpuset.New(0, 1), Reclaimed: cpuset.New(1)}}
-			node := plugins.Node{CPUs: cpuset.New(0, 1), Pools: pools, LentMilliCPU: 700, LentMemory: 256 << 20, Idle: w.SupportsIdle()}
+			// The quota mechanism, so a reclaimed pod's cpu.max carries what is lent.
+			node := plugins.Node{CPUs: cpuset.New(0, 1), Pools: pools, LentMilliCPU: 700, LentMemory: 256 << 20, Idle: w.SupportsIdle(),
+				ReclaimedCPU: plugins.MechanismQuota}
 			if !node.Idle {
 				t.Fatal("the writer says the v2 kernel has no cpu.idle")
 			}
