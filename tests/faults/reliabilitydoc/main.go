@@ -228,28 +228,28 @@ func run(in, out, cmdline, note string) error {
 
 // inputs says what each fuzz target feeds.
 var inputs = map[string]string{
-	"./agent:FuzzCheckpoint":              "the agent's checkpoint file",
-	"./agent:FuzzCgroupOfParent":          "the cgroup parent a CRI/NRI hook names",
-	"./agent:FuzzAdmitRequest":            "local API POST /v1/workloads bodies, on a real agent",
-	"./agent/config:FuzzParse":            "the agent's config YAML",
-	"./agent/config:FuzzParseSize":        "sizes (\"512Mi\")",
-	"./agent/config:FuzzParseCPUList":     "cpulists (\"0-3,8\")",
-	"./agent/kube:FuzzExclusiveCPUs":      "the kubelet CPU manager state file",
-	"./agent/kube:FuzzTierPolicy":         "the tier policy ConfigMap YAML",
-	"./arbiter:FuzzDecodeReport":          "POST /v1/reports bodies, then the lease decided",
-	"./arbiter:FuzzParsePolicy":           "the lending policy YAML",
-	"./arbiter:FuzzParseConfig":           "the arbiter's config YAML",
-	"./arbiter:FuzzStateFile":             "the arbiter's state file",
-	"./isolation:FuzzMilliCPUOf":          "CFS quota, period and shares from CRI/NRI requests",
-	"./isolation/cri:FuzzCreateContainer": "CreateContainer requests through the CRI proxy",
-	"./isolation/nri:FuzzCreateContainer": "NRI pods and containers (create, update, synchronize)",
-	"./qos:FuzzClassify":                  "pod annotations and labels",
+	"./agent/state:FuzzCheckpoint":            "the agent's checkpoint file",
+	"./agent/source/hooks:FuzzCgroupOfParent": "the cgroup parent a CRI/NRI hook names",
+	"./agent:FuzzAdmitRequest":                "local API POST /v1/workloads bodies, on a real agent",
+	"./agent/config:FuzzParse":                "the agent's config YAML",
+	"./internal/yamlconf:FuzzParseSize":       "sizes (\"512Mi\")",
+	"./agent/config:FuzzParseCPUList":         "cpulists (\"0-3,8\")",
+	"./agent/kube:FuzzExclusiveCPUs":          "the kubelet CPU manager state file",
+	"./agent/kube:FuzzTierPolicy":             "the tier policy ConfigMap YAML",
+	"./arbiter:FuzzDecodeReport":              "POST /v1/reports bodies, then the lease decided",
+	"./arbiter:FuzzParsePolicy":               "the lending policy YAML",
+	"./arbiter:FuzzParseConfig":               "the arbiter's config YAML",
+	"./arbiter:FuzzStateFile":                 "the arbiter's state file",
+	"./isolation/translate:FuzzMilliCPU":      "CFS quota, period and shares from CRI/NRI requests",
+	"./isolation/cri:FuzzCreateContainer":     "CreateContainer requests through the CRI proxy",
+	"./isolation/nri:FuzzCreateContainer":     "NRI pods and containers (create, update, synchronize)",
+	"./qos:FuzzClassify":                      "pod annotations and labels",
 }
 
 var findings = []string{
-	"`cgroupOfParent` (agent/hooks.go): a cgroup parent such as `kubepods/../../x` or `/..` from a runtime hook became a path that climbs out of the cgroup hierarchy, and `.` named the hierarchy's root. Now cleaned as a rooted path; one naming the root is ignored.",
+	"`CgroupOfParent` (agent/source/hooks): a cgroup parent such as `kubepods/../../x` or `/..` from a runtime hook became a path that climbs out of the cgroup hierarchy, and `.` named the hierarchy's root. Now cleaned as a rooted path; one naming the root is ignored.",
 	"Local API (agent/api.go): an admit body with data after the JSON object (`{...} trailing`) was accepted and the rest silently dropped. Now refused with 400, as the arbiter already did.",
-	"`MilliCPUOf` (isolation/hooks.go): a huge CFS quota or shares value in a CRI/NRI request wrapped around to a negative or wrong millicore count. Now exact, saturating at the int64 maximum.",
+	"`MilliCPU` (isolation/translate): a huge CFS quota or shares value in a CRI/NRI request wrapped around to a negative or wrong millicore count. Now exact, saturating at the int64 maximum.",
 }
 
 var open = []string{
