@@ -396,5 +396,5 @@ func TestCRIProxyPeerHangsAndDisconnects(t *testing.T) {
 		t.Fatalf("agent after the runtime came back: %v", err)
 	}
 	o.Add(t, "a call to the hung runtime ended after %v (caller's deadline 1s, DeadlineExceeded); a call whose caller went away after 200ms: Canceled; the agent answered throughout; the proxy served again %v after SIGCONT",
-		took.Round(10*time.Millisecond), time.Since(resumed).Round(10*time.Millisecond))
+		took.Round(10*time.Millisecond), time.Since(resumed).Round(time.Millisecond))
 }
