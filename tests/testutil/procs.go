@@ -161,7 +161,8 @@ func (a *Agent) Scrape() (string, error) {
 
 // Get returns the body of a GET, or an error for a non-200 answer.
 func Get(url string) (string, error) {
-	resp, err := http.Get(url)
+	// Bounded: a daemon that accepts and never answers fails the test instead of hanging it.
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
 	if err != nil {
 		return "", err
 	}

@@ -71,7 +71,7 @@ var matrix = []row{
 	{"Clock stepped forward and back across a lending window (22:00-08:00 UTC): into it, back out, past its end, a day back, and back while the arbiter is down",
 		"Windows follow the arbiter's wall clock: the node is granted a window's lending only while the arbiter's clock reads inside it, and outside it lends that queue nothing (lendable 0). A jump out of the window ends the grant at the next report; a jump past its end ends it at once (a grant lasts until its window closes); a jump back never stretches the lease the agent holds, whose lifetime runs on the agent's monotonic clock (with the arbiter gone it still ends a TTL after it was received). Neither process crashes.",
 		"tests/cgroupv2 in the VM (tests/vm, its own clock, stepped with settimeofday): the real arbiter and agent binaries, lease TTL 3 s, reports every 1 s; the window logic itself is unit-tested with injected clocks (arbiter/window_test.go)",
-		"TestV2ClockJumpsAcrossLendingWindow", ""},
+		"TestClockJumpsAcrossLendingWindowInVM", ""},
 	{"SIGKILL in the middle of a checkpoint write",
 		"The checkpoint is the old one or the new one, never a torn one.",
 		"", "", "covered by the repeated-kill case above (kills beside admissions and releases, each of which writes the checkpoint) and by FuzzCheckpoint (a torn or edited file is refused with the file named)"},
