@@ -25,7 +25,7 @@ func setClock(t *testing.T, at time.Time) {
 	}
 }
 
-// TestV2ClockJumpsAcrossLendingWindow runs a real arbiter (lending window 22:00-08:00 UTC,
+// TestClockJumpsAcrossLendingWindowInVM runs a real arbiter (lending window 22:00-08:00 UTC,
 // lease TTL 3s) and a real agent reporting every second in the VM, and steps the VM's wall
 // clock forward and back across the window's edges. What must hold: neither process
 // crashes; the node lends queue-1 only while the arbiter's clock is inside the window
