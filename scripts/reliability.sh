@@ -6,7 +6,8 @@
 # lending window, in the VM), every fuzz target for FUZZTIME (default 30s), then
 # tests/faults/reliabilitydoc writes the doc.
 # SOAK_JSON=FILE reuses the soak.json of an earlier soak (TIDAL_RELIABILITY_OUT=DIR make soak)
-# instead of running one.
+# instead of running one; RELIABILITY_NOTE and SOAK_NOTE add a sentence to the header and a
+# paragraph after the soak's result.
 # Measures this machine: run it on a quiet one (other CPU load moves the soak's and fuzzing's
 # figures, not its pass/fail).
 set -euo pipefail
@@ -42,6 +43,6 @@ TIDAL_V2_RUN='^TestClockJumpsAcrossLendingWindowInVM$' "$GO" test -count=1 -v -t
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 echo "reliability: fuzzing, ${fuzztime} per target"
 FUZZTIME="$fuzztime" FUZZ_SUMMARY="$out/fuzz.tsv" ./scripts/fuzz.sh || status=1
-"$GO" run ./tests/faults/reliabilitydoc -in "$out" -out docs/reliability.md -cmd "$cmd" -note "$note"
+"$GO" run ./tests/faults/reliabilitydoc -in "$out" -out docs/reliability.md -cmd "$cmd" -note "${RELIABILITY_NOTE:-$note}" -soak-note "${SOAK_NOTE:-}"
 echo "reliability: wrote docs/reliability.md"
 exit $status

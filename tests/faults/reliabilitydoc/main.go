@@ -112,14 +112,15 @@ func main() {
 	out := flag.String("out", "docs/reliability.md", "file to write")
 	cmdline := flag.String("cmd", "make reliability", "the command that regenerates it (for the header)")
 	note := flag.String("note", "", "a sentence for the header about this generation, if any")
+	soakNote := flag.String("soak-note", "", "a paragraph after the soak's result (what was found and fixed), if any")
 	flag.Parse()
-	if err := run(*in, *out, *cmdline, *note); err != nil {
+	if err := run(*in, *out, *cmdline, *note, *soakNote); err != nil {
 		fmt.Fprintln(os.Stderr, "reliabilitydoc:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in, out, cmdline, note string) error {
+func run(in, out, cmdline, note, soakNote string) error {
 	outcomes := map[string]outcome{}
 	if f, err := os.Open(in + "/faults.jsonl"); err == nil {
 		sc := bufio.NewScanner(f)
@@ -173,6 +174,9 @@ func run(in, out, cmdline, note string) error {
 		}
 		p("%d workloads (half shared, half reclaimed) kept on one agent for %s, churned at random (a workload's process killed, the workload released, a new one started and admitted): %d churns, %d refused. Every 10 s a second of online CPU load outside tidal's cgroups makes the fast path act. `make soak` runs 30 minutes (`SOAK_DURATION=...`); plain `go test` runs 20 s.\n\n", s.Workloads, s.Duration, s.Churned, s.Refused)
 		p("Pass rule: %s. Result: %s.\n\n", s.Rule, result)
+		if soakNote != "" {
+			p("%s\n\n", soakNote)
+		}
 		first, last := s.Samples[0], s.Samples[len(s.Samples)-1]
 		mx := sample{}
 		for _, x := range s.Samples {
@@ -253,6 +257,7 @@ var findings = []string{
 }
 
 var open = []string{
+	"In the harness, not in tidal: on this shared machine, loaded by other engineers' VMs, FuzzParsePolicy and FuzzMilliCPU ended their 10 s runs with Go's \"context deadline exceeded\" at the deadline and no failing input (none was written to testdata/fuzz); both passed when rerun alone right after (1628 and 54525 executions).",
 	"Executions depend on what else the machine runs: these machines are shared, so figures move between runs.",
 	"In the harness, not in tidal: with go's default of 60 s to minimize each new input, FuzzStateFile (whose every input writes and fsyncs files) and FuzzParsePolicy spent whole 30 s runs minimizing (6 and 13 executions). scripts/fuzz.sh now minimizes for 2 s (FUZZ_MINIMIZE) and makes the targets' files in /dev/shm (FUZZ_TMPDIR).",
 }
