@@ -20,7 +20,7 @@ func (c *fakeClock) set(t time.Time) {
 // the window, a grant never outlasts the window's end, every lease lasts its TTL from the
 // clock's now, the lease generation never goes back, and the views answer throughout (a
 // node's last report may be in the clock's future). tests/cgroupv2
-// TestClockJumpsAcrossLendingWindowInVM steps a real clock under the real binaries.
+// TestV2ClockJumpsAcrossLendingWindow steps a real clock under the real binaries.
 func TestServerClockSteps(t *testing.T) {
 	dir := t.TempDir()
 	writeArbiterFiles(t, dir, "node-a")

@@ -39,7 +39,7 @@ echo "reliability: fault cases of the other suites"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 "$GO" test -count=1 -v -timeout 20m -run '^(TestCRIProxyPeerHangsAndDisconnects|TestNRIPluginPeerHangsAndDisconnects)$' ./tests/cri 2>&1 | summary
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-TIDAL_V2_RUN='^TestClockJumpsAcrossLendingWindowInVM$' "$GO" test -count=1 -v -timeout 10m -run '^TestInVM$' ./tests/cgroupv2 2>&1 | summary
+TIDAL_V2_RUN='^TestV2ClockJumpsAcrossLendingWindow$' "$GO" test -count=1 -v -timeout 10m -run '^TestInVM$' ./tests/cgroupv2 2>&1 | summary
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 echo "reliability: fuzzing, ${fuzztime} per target"
 FUZZTIME="$fuzztime" FUZZ_SUMMARY="$out/fuzz.tsv" ./scripts/fuzz.sh || status=1
