@@ -135,7 +135,7 @@ func (n nodeState) Add(spec state.Spec) (state.Record, error) {
 	if err := a.reconcile(); err != nil {
 		a.store.Remove(r.Name)
 		if !r.Owner.Foreign() {
-			_ = a.writer.Remove(r.Cgroup)
+			_ = a.removeCgroup(r.Cgroup)
 		}
 		_ = a.reconcile()
 		return state.Record{}, fmt.Errorf("set up cgroup %s: %w", r.Cgroup, err)
@@ -188,14 +188,26 @@ func (a *Agent) forget(name, uid string, started time.Time, why string) {
 	}
 	if r.Owner.Foreign() {
 		// The kubelet removes a pod's cgroup; tidal only stops tracking it.
+		a.reconciling.Lock()
 		a.writer.ForgetPath(r.Cgroup)
-	} else if err := a.writer.Remove(r.Cgroup); err != nil {
+		a.reconciling.Unlock()
+	} else if err := a.removeCgroup(r.Cgroup); err != nil {
 		a.log.Warn("cannot remove workload cgroup", "cgroup", r.Cgroup, "err", err)
 	}
 	a.action("release", why, fmt.Sprintf("%s (%s): %s", r.Name, r.Tier, why))
 	if err := a.reconcile(); err != nil {
 		a.log.Error("cgroup settings failed", "err", err)
 	}
+}
+
+// removeCgroup removes the cgroup of a workload already gone from the registry. It waits for
+// a reconcile pass in flight: that pass may hold a snapshot from before the removal and would
+// make the cgroup again after it (an orphan cgroup, one in a few thousand churns of the
+// soak); every pass after it reads a snapshot without the workload.
+func (a *Agent) removeCgroup(cgroup string) error {
+	a.reconciling.Lock()
+	defer a.reconciling.Unlock()
+	return a.writer.Remove(cgroup)
 }
 
 func describeCPUs(w plugins.Workload) string {

@@ -1,6 +1,7 @@
 package cgroupv2
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidalqos/tidal/tests/testutil"
 	"github.com/tidalqos/tidal/tests/vm"
 )
 
@@ -40,11 +42,19 @@ func TestInVM(t *testing.T) {
 	// The binaries run from the VM's tmpfs, not the 9p share: faster to load, and their pages
 	// are not reclaimable (no swap), so a cgroup at its memory limit goes to the OOM killer
 	// at once instead of thrashing on the text of a binary re-read over 9p.
+	// Fault cases in the VM record what they measured in the share; it is appended to the
+	// host's $TIDAL_RELIABILITY_OUT (docs/reliability.md).
+	relOut := os.Getenv(testutil.ReliabilityOutEnv)
+	record := ""
+	if relOut != "" {
+		record = fmt.Sprintf("mkdir -p /mnt/rel && export %s=/mnt/rel", testutil.ReliabilityOutEnv)
+	}
 	script := fmt.Sprintf(`set -o pipefail
 cp /mnt/cgroupv2.test /mnt/tidal /tmp/ || exit 1
 export %s=1 TIDAL_BIN=/tmp/tidal TMPDIR=/tmp HOME=/tmp
+%s
 /tmp/cgroupv2.test -test.v -test.count=1 -test.timeout=20m -test.run '%s' 2>&1 | tee /mnt/suite.out
-`, inVMEnv, run)
+`, inVMEnv, record, run)
 	res := vm.Boot(t, tools, vm.Spec{
 		Files:     map[string]string{"cgroupv2.test": suite, "tidal": tidal},
 		Script:    script,
@@ -57,6 +67,13 @@ export %s=1 TIDAL_BIN=/tmp/tidal TMPDIR=/tmp HOME=/tmp
 	out, err := res.ReadFile("suite.out")
 	if err != nil {
 		t.Fatalf("no suite output (%v); console:\n%s", err, res.Console)
+	}
+	if relOut != "" {
+		if lines, err := res.ReadFile("rel/faults.jsonl"); err == nil {
+			if err := appendFile(filepath.Join(relOut, "faults.jsonl"), lines); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 	results := parseTestOutput(out)
 	if len(results) == 0 {
@@ -79,6 +96,15 @@ export %s=1 TIDAL_BIN=/tmp/tidal TMPDIR=/tmp HOME=/tmp
 	if res.ExitCode != 0 && !failed {
 		t.Errorf("the suite exited %d in the VM with no failed test:\n%s", res.ExitCode, tailLines(out, 60))
 	}
+}
+
+func appendFile(path, content string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	return errors.Join(err, f.Close())
 }
 
 type testResult struct{ name, status, output string }

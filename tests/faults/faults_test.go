@@ -29,7 +29,7 @@ func TestAgentSIGKILLedRepeatedlyUnderLoad(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs 2 CPUs")
 	}
-	o := record(t, "agent SIGKILLed repeatedly under load, mid write pass and mid checkpoint")
+	o := testutil.Record(t, "agent SIGKILLed repeatedly under load, mid write pass and mid checkpoint")
 	a := testutil.NewAgent(t, tidalBin, restartConfig, "", false)
 	a.Start()
 	a.Run("--tier", "shared", "--name", "web", "--", "sleep", "600")
@@ -132,8 +132,8 @@ func TestAgentSIGKILLedRepeatedlyUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
-	o.add(t, "%d SIGKILLs, %d churned admissions beside them; %d/%d restarts began at the lending minimum; slowest restart to an answering API %s", kills, n, minLendOK, kills, worstRestart.Round(time.Millisecond))
-	o.add(t, "online pid and cpuset unchanged through every kill; reclaimed %s throughout; no torn checkpoint", func() string { v, _ := lowestPriority(a, batch.Cgroup); return v }())
+	o.Add(t, "%d SIGKILLs, %d churned admissions beside them; %d/%d restarts began at the lending minimum; slowest restart to an answering API %s", kills, n, minLendOK, kills, worstRestart.Round(time.Millisecond))
+	o.Add(t, "online pid and cpuset unchanged through every kill; reclaimed %s throughout; no torn checkpoint", func() string { v, _ := lowestPriority(a, batch.Cgroup); return v }())
 }
 
 // mountTmpfs mounts a small tmpfs of the test's own at dir and unmounts it at the end.
@@ -160,7 +160,7 @@ func mountTmpfs(t *testing.T, dir, size string) {
 // keeps running and admitting, logs each failed checkpoint write, keeps the last good
 // checkpoint; once there is room again the next change writes it.
 func TestStateFolderFullOrReadOnly(t *testing.T) {
-	o := record(t, "state folder full, then read-only")
+	o := testutil.Record(t, "state folder full, then read-only")
 	state := filepath.Join(t.TempDir(), "state")
 	mountTmpfs(t, state, "64k")
 	a := testutil.NewAgent(t, tidalBin, "cpu:\n  mechanism: quota\n", state, false)
@@ -187,7 +187,7 @@ func TestStateFolderFullOrReadOnly(t *testing.T) {
 		t.Error("the last good checkpoint changed while the disk was full")
 	}
 	leftovers, _ := filepath.Glob(filepath.Join(state, "agent_state.json.tmp-*"))
-	o.add(t, "full: admission still works, checkpoint write fails and is logged, last good checkpoint kept, %d temp files left", len(leftovers))
+	o.Add(t, "full: admission still works, checkpoint write fails and is logged, last good checkpoint kept, %d temp files left", len(leftovers))
 	if len(leftovers) > 0 {
 		t.Errorf("temp files left: %v", leftovers)
 	}
@@ -216,7 +216,7 @@ func TestStateFolderFullOrReadOnly(t *testing.T) {
 	if !a.Alive() {
 		t.Fatal("agent died")
 	}
-	o.add(t, "read-only while running: admission still works, the failed checkpoint write is logged")
+	o.Add(t, "read-only while running: admission still works, the failed checkpoint write is logged")
 
 	// A restart while the folder is still read-only: the agent cannot take its lock and
 	// exits with an error naming the folder (no panic, no crash loop of half-started agents);
@@ -236,7 +236,7 @@ func TestStateFolderFullOrReadOnly(t *testing.T) {
 	if after != quota {
 		t.Errorf("reclaimed quota changed with no agent running: %s -> %s", quota, after)
 	}
-	o.add(t, "restart on a read-only folder: exits with %q; workloads keep their cgroups and the last settings written (reclaimed cpu.cfs_quota_us %s)",
+	o.Add(t, "restart on a read-only folder: exits with %q; workloads keep their cgroups and the last settings written (reclaimed cpu.cfs_quota_us %s)",
 		lastLine(string(out)), after)
 
 	unbind()
@@ -252,7 +252,7 @@ func TestStateFolderFullOrReadOnly(t *testing.T) {
 		}
 		return nil
 	})
-	o.add(t, "writable again: the agent starts, rebuilds all workloads from cgroups and checkpoints all 4")
+	o.Add(t, "writable again: the agent starts, rebuilds all workloads from cgroups and checkpoints all 4")
 
 	// And the checkpoint is good: a restart keeps all four.
 	a.Kill9()
@@ -271,7 +271,7 @@ func lastLine(s string) string {
 // in every hierarchy), and a controller file that refuses writes: the agent does not crash,
 // keeps managing the others, forgets the gone workload and reports no stuck error.
 func TestCgroupRemovedBehindTheAgent(t *testing.T) {
-	o := record(t, "a workload cgroup removed behind the agent")
+	o := testutil.Record(t, "a workload cgroup removed behind the agent")
 	a := testutil.NewAgent(t, tidalBin, "loops:\n  slowInterval: 500ms\n", "", true)
 	a.Start()
 	victim := a.Run("--tier", "reclaimed", "--name", "victim", "--", "sleep", "600")
@@ -325,14 +325,14 @@ func TestCgroupRemovedBehindTheAgent(t *testing.T) {
 			errs++
 		}
 	}
-	o.add(t, "cgroup removed in %d hierarchies: agent alive, victim forgotten, bystander untouched, no stuck cgroup error (%d knobs with write errors counted)", removed, errs)
+	o.Add(t, "cgroup removed in %d hierarchies: agent alive, victim forgotten, bystander untouched, no stuck cgroup error (%d knobs with write errors counted)", removed, errs)
 }
 
 // The arbiter SIGKILLed and restarted: while it is gone the lease expires and the node lends
 // the queue nothing (the safe state); the agent never crashes; once the arbiter is back (same
 // state folder) the lease is granted again.
 func TestArbiterKilledAndRestarted(t *testing.T) {
-	o := record(t, "arbiter SIGKILLed and restarted")
+	o := testutil.Record(t, "arbiter SIGKILLed and restarted")
 	arb := testutil.NewArbiter(t, tidalBin, "node-a")
 	a := testutil.NewAgent(t, tidalBin, arb.AgentConfig("node-a")+"loops:\n  slowInterval: 500ms\n", "", false)
 	a.Start()
@@ -368,7 +368,7 @@ func TestArbiterKilledAndRestarted(t *testing.T) {
 		}
 		return nil
 	})
-	o.add(t, "lease inactive %s after the kill (TTL 3s); active again %s after the restart; agent alive throughout",
+	o.Add(t, "lease inactive %s after the kill (TTL 3s); active again %s after the restart; agent alive throughout",
 		expiredAfter.Round(100*time.Millisecond), time.Since(back).Round(100*time.Millisecond))
 }
 
@@ -379,7 +379,7 @@ func TestArbiterKilledAndRestarted(t *testing.T) {
 // (published lendable 0, lending at its minimum) for as long as writes fail, and recovers by
 // itself once the file takes writes again.
 func TestCgroupFileRefusesWrites(t *testing.T) {
-	o := record(t, "a cgroup file refusing writes (read-only bind mount over cpu.cfs_quota_us)")
+	o := testutil.Record(t, "a cgroup file refusing writes (read-only bind mount over cpu.cfs_quota_us)")
 	// The quota mechanism: the refusing file is one the agent writes whenever lending moves.
 	a := testutil.NewAgent(t, tidalBin, "cpu:\n  mechanism: quota\nloops:\n  slowInterval: 300ms\n", "", true)
 	a.Start()
@@ -448,9 +448,9 @@ func TestCgroupFileRefusesWrites(t *testing.T) {
 		return nil
 	})
 	q, _ := a.File("cpu", a.Root+"/reclaimed", "cpu.cfs_quota_us")
-	o.add(t, "safe state (error reported, lendable 0) %s after the file refused writes; held while it refused; write errors counted: %v", safeAfter.Round(100*time.Millisecond), counted)
-	o.add(t, "status said %q", firstN(cgErr, 140))
-	o.add(t, "recovered by itself %s after the file took writes again (quota %s)", time.Since(fixed).Round(100*time.Millisecond), q)
+	o.Add(t, "safe state (error reported, lendable 0) %s after the file refused writes; held while it refused; write errors counted: %v", safeAfter.Round(100*time.Millisecond), counted)
+	o.Add(t, "status said %q", firstN(cgErr, 140))
+	o.Add(t, "recovered by itself %s after the file took writes again (quota %s)", time.Since(fixed).Round(100*time.Millisecond), q)
 }
 
 func firstN(s string, n int) string {

@@ -9,15 +9,11 @@
 package faults
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/tidalqos/tidal/tests/testutil"
 )
@@ -25,46 +21,6 @@ import (
 var tidalBin string
 
 func TestMain(m *testing.M) { testutil.RunSuite(m, &tidalBin) }
-
-// outcome is one fault case's line in faults.jsonl.
-type outcome struct {
-	Test     string   `json:"test"`
-	Fault    string   `json:"fault"`
-	Measured []string `json:"measured"`
-	Passed   bool     `json:"passed"`
-	Seconds  float64  `json:"seconds"`
-}
-
-var outMu sync.Mutex
-
-// record keeps what a case measured; it is written when the case ends, with its result.
-func record(t *testing.T, fault string) *outcome {
-	o := &outcome{Test: t.Name(), Fault: fault}
-	start := time.Now()
-	t.Cleanup(func() {
-		o.Passed, o.Seconds = !t.Failed(), time.Since(start).Round(100*time.Millisecond).Seconds()
-		dir := os.Getenv("TIDAL_RELIABILITY_OUT")
-		if dir == "" {
-			return
-		}
-		outMu.Lock()
-		defer outMu.Unlock()
-		f, err := os.OpenFile(filepath.Join(dir, "faults.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Errorf("record: %v", err)
-			return
-		}
-		defer f.Close()
-		_ = json.NewEncoder(f).Encode(o)
-	})
-	return o
-}
-
-func (o *outcome) add(t *testing.T, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	t.Log(msg)
-	o.Measured = append(o.Measured, msg)
-}
 
 // procs are the pids in a cgroup's cgroup.procs of one controller.
 func procs(a *testutil.Agent, controller, cgroup string) []int {

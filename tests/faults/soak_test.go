@@ -60,7 +60,7 @@ func soakDuration(t *testing.T) time.Duration {
 // is within 20% + 8 MiB of RSS in its second quarter (the first is warm-up).
 func TestSoak(t *testing.T) {
 	d := soakDuration(t)
-	o := record(t, fmt.Sprintf("soak: 200 workloads churned for %s", d))
+	o := testutil.Record(t, fmt.Sprintf("soak: 200 workloads churned for %s", d))
 	a := testutil.NewAgent(t, tidalBin, "", "", true)
 	a.Start()
 	pid := a.Cmd.Process.Pid
@@ -213,10 +213,10 @@ func TestSoak(t *testing.T) {
 	}
 	first := res.Samples[0]
 	last := res.Samples[len(res.Samples)-1]
-	o.add(t, "%s, %d churns (%d refused), %d samples", d, res.Churned, res.Refused, len(res.Samples))
-	o.add(t, "RSS start/end/max %.1f/%.1f/%.1f MiB; goroutines %d/%d/%d; fds %d/%d/%d; cgroups %d/%d during churn",
+	o.Add(t, "%s, %d churns (%d refused), %d samples", d, res.Churned, res.Refused, len(res.Samples))
+	o.Add(t, "RSS start/end/max %.1f/%.1f/%.1f MiB; goroutines %d/%d/%d; fds %d/%d/%d; cgroups %d/%d during churn",
 		mib(first.RSSBytes), mib(last.RSSBytes), mib(maxRSS), first.Goroutines, last.Goroutines, maxG, first.FDs, last.FDs, maxFD, first.Cgroups, last.Cgroups)
-	o.add(t, "after release: cgroups %d (baseline %d), fds %d (%d), goroutines %d (%d), workloads %d",
+	o.Add(t, "after release: cgroups %d (baseline %d), fds %d (%d), goroutines %d (%d), workloads %d",
 		f.Cgroups, b.Cgroups, f.FDs, b.FDs, f.Goroutines, b.Goroutines, f.Workloads)
 	if dir := os.Getenv("TIDAL_RELIABILITY_OUT"); dir != "" {
 		data, _ := json.MarshalIndent(res, "", "  ")

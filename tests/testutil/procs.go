@@ -161,7 +161,8 @@ func (a *Agent) Scrape() (string, error) {
 
 // Get returns the body of a GET, or an error for a non-200 answer.
 func Get(url string) (string, error) {
-	resp, err := http.Get(url)
+	// Bounded: a daemon that accepts and never answers fails the test instead of hanging it.
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
 	if err != nil {
 		return "", err
 	}
@@ -189,6 +190,13 @@ type Arbiter struct {
 // 128Mi per node for the hour around now, and starts it.
 func NewArbiter(t testing.TB, bin string, nodes ...string) *Arbiter {
 	t.Helper()
+	now := time.Now().UTC()
+	return NewArbiterWindow(t, bin, now.Add(-time.Hour).Format("15:04")+"-"+now.Add(time.Hour).Format("15:04"), nodes...)
+}
+
+// NewArbiterWindow is NewArbiter with the rule's lending window ("HH:MM-HH:MM", UTC).
+func NewArbiterWindow(t testing.TB, bin, window string, nodes ...string) *Arbiter {
+	t.Helper()
 	a := &Arbiter{T: t, Bin: bin, Dir: t.TempDir(), Addr: FreeAddr(t)}
 	a.URL = "http://" + a.Addr
 	var tokens strings.Builder
@@ -197,9 +205,7 @@ func NewArbiter(t testing.TB, bin string, nodes ...string) *Arbiter {
 		fmt.Fprintf(&tokens, "%s: %s\n", n, tok)
 		a.write(n+".token", tok+"\n")
 	}
-	now := time.Now().UTC()
-	win := now.Add(-time.Hour).Format("15:04") + "-" + now.Add(time.Hour).Format("15:04")
-	policy := a.write("policy.yaml", fmt.Sprintf("sharedQueue: best-effort\nqueues:\n  - name: queue-1\nrules:\n  - name: batch-window\n    queue: queue-1\n    lend: {milliCPU: 400, memory: 128Mi}\n    window: %q\n    timeZone: UTC\n", win))
+	policy := a.write("policy.yaml", fmt.Sprintf("sharedQueue: best-effort\nqueues:\n  - name: queue-1\nrules:\n  - name: batch-window\n    queue: queue-1\n    lend: {milliCPU: 400, memory: 128Mi}\n    window: %q\n    timeZone: UTC\n", window))
 	a.Config = a.write("arbiter.yaml", fmt.Sprintf("listenAddress: %s\npolicyFile: %s\ntokensFile: %s\nstateDir: %s\nleaseTTL: 3s\nnodeTimeout: 20s\npollInterval: 1s\n",
 		a.Addr, policy, a.write("tokens.yaml", tokens.String()), filepath.Join(a.Dir, "state")))
 	a.Start()

@@ -70,7 +70,8 @@ type Runtime struct {
 	ctr         string // the ctr matching this containerd
 	snapshotter string
 	logPath     string
-	runShims    bool // shim sockets go to /run/containerd/s (containerd 1.6)
+	runShims    bool   // shim sockets go to /run/containerd/s (containerd 1.6)
+	bin, config string // what start ran, for Restart
 	cmd         *exec.Cmd
 	done        chan struct{} // closed when the daemon exited
 	waitErr     error         // the daemon's exit; read after done is closed
@@ -82,6 +83,23 @@ type Runtime struct {
 // Signal sends the containerd daemon a signal: fault injection (SIGSTOP makes it hang
 // mid-call, SIGCONT lets it go on).
 func (r *Runtime) Signal(sig syscall.Signal) error { return r.cmd.Process.Signal(sig) }
+
+// Restart kills the daemon with SIGKILL (fault injection: every connection to it, CRI and
+// NRI, is cut mid-call; its shims and containers keep running, as they do by design) and
+// starts it again with the same config, folders and sockets. Clients from CRI before the
+// restart are closed: call CRI again.
+func (r *Runtime) Restart(t testing.TB) {
+	t.Helper()
+	_ = r.cmd.Process.Kill()
+	<-r.done
+	r.mu.Lock()
+	if r.conn != nil {
+		_ = r.conn.Close()
+		r.conn = nil
+	}
+	r.mu.Unlock()
+	r.start(t, r.bin, r.config)
+}
 
 // Socket is the unix socket containerd serves gRPC (CRI and its own API) on.
 func (r *Runtime) Socket() string { return r.socket }
@@ -269,7 +287,7 @@ func (r *Runtime) start(t testing.TB, bin, config string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("critest: start %s: %v", bin, err)
 	}
-	r.cmd = cmd
+	r.cmd, r.bin, r.config = cmd, bin, config
 	r.done = make(chan struct{})
 	go func() { // owned: ends when the daemon exits, which teardown ensures
 		r.waitErr = cmd.Wait()

@@ -250,6 +250,21 @@ func (c *Cluster) StopAPIServer(t testing.TB) {
 	p.stop()
 }
 
+// KillAPIServer kills the apiserver with SIGKILL (etcd keeps the data), as when it crashes
+// under a running client: no graceful shutdown, connections cut mid-request.
+func (c *Cluster) KillAPIServer(t testing.TB) {
+	t.Helper()
+	c.mu.Lock()
+	p := c.apiserver
+	c.apiserver = nil
+	c.mu.Unlock()
+	if p == nil {
+		t.Fatalf("kubetest: KillAPIServer: the apiserver is not running")
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
 // StartAPIServer starts the apiserver again, on the same port with the same certificates and
 // flags, and waits until it is ready.
 func (c *Cluster) StartAPIServer(t testing.TB) {
