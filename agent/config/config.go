@@ -303,7 +303,9 @@ func Default() Config {
 			GrowStepMilliCPU:     250,
 			PeakWindow:           30 * time.Second,
 			SpikeThreshold:       0.8,
-			Mechanism:            string(plugins.MechanismIdle),
+			// Measured (docs/benchmark.md#mechanism): on this kind of machine the quota kept
+			// both servers' p99 at or under the best no-agent baseline; idle alone did not.
+			Mechanism:            string(plugins.MechanismQuota),
 			BurstPercent:         BurstPercent{Shared: 50},
 		},
 		Interference: Interference{

@@ -147,7 +147,9 @@ func (n *node) actions(kind, reason string) []string {
 // memory (memory.max) and a cpuset inside the reclaimed pool; a dedicated workload's core is
 // in no other cgroup's effective cpuset; `tidal status` says v2.
 func TestV2StandaloneTiers(t *testing.T) {
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\n  peakWindow: 2s\n")
+	// The idle mechanism, whose files this test checks on v2 (the quota one's: the kubelet
+	// layouts test).
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\n  peakWindow: 2s\n  mechanism: idle\n")
 	n.start()
 	if s := n.status(); s.CgroupVer != "v2" || !s.CPUIdle {
 		t.Fatalf("agent status: cgroup %s, cpu.idle %v; want v2 and true", s.CgroupVer, s.CPUIdle)

@@ -131,8 +131,8 @@ func oomScoreAdj(t *testing.T, pid int) int {
 }
 
 // reclaimedConfined checks a reclaimed container's cgroup as runc made it: the reclaimed
-// pool, the smallest share (cpu.idle sits on the pod), no CFS quota (the default mechanism),
-// a memory limit of what is lent, the highest OOM score.
+// pool, the smallest share (cpu.idle sits on the pod), a quota (the default mechanism) and a
+// memory limit of what is lent, the highest OOM score.
 func reclaimedConfined(t *testing.T, layout *cgroupfs.Layout, rs runtimeapi.RuntimeServiceClient, cg, id string, pool cpuset.CPUSet) {
 	t.Helper()
 	if got := cpus(t, layout, cg); !got.Equals(pool) {
@@ -141,8 +141,8 @@ func reclaimedConfined(t *testing.T, layout *cgroupfs.Layout, rs runtimeapi.Runt
 	if got := read(t, layout, "cpu", cg, "cpu.shares"); got != "2" {
 		t.Errorf("container cpu.shares %s, want 2", got)
 	}
-	if q, _ := strconv.ParseInt(read(t, layout, "cpu", cg, "cpu.cfs_quota_us"), 10, 64); q != -1 {
-		t.Errorf("container cfs quota %d, want none (the default idle mechanism confines by cpuset and priority)", q)
+	if q, _ := strconv.ParseInt(read(t, layout, "cpu", cg, "cpu.cfs_quota_us"), 10, 64); q <= 0 {
+		t.Errorf("container cfs quota %d, want what is lent (the default quota mechanism)", q)
 	}
 	if m, _ := strconv.ParseInt(read(t, layout, "memory", cg, "memory.limit_in_bytes"), 10, 64); m <= 0 || m > 1<<50 {
 		t.Errorf("container memory limit %d, want what is lent", m)

@@ -22,7 +22,9 @@ import (
 // the lent CPU, a cpuset inside the reclaimed pool and a memory limit equal to lent memory;
 // and the command's very first instruction already runs in that cgroup.
 func TestReclaimedWorkloadIsConfined(t *testing.T) {
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\n  peakWindow: 2s\n")
+	// The idle mechanism, whose files this test checks (the quota one's: tests/integration
+	// TestArbiterLeases, tests/faults).
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\n  peakWindow: 2s\n  mechanism: idle\n")
 	n.start()
 
 	// The first thing the command does is print its own cgroups.

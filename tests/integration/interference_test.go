@@ -47,7 +47,7 @@ func TestInterferenceCutsLending(t *testing.T) {
 	}
 	p := s.Pools[0]
 	c := p.Control
-	if c.Mechanism != "idle" || c.InterferenceCapMilliCPU >= lentBefore || c.HeldUntil.IsZero() {
+	if c.Mechanism != "quota" || c.InterferenceCapMilliCPU >= lentBefore || c.HeldUntil.IsZero() {
 		t.Errorf("control after the cut: %+v (lent before %dm)", c, lentBefore)
 	}
 	found := false
