@@ -27,17 +27,7 @@ func TestInterferenceCutsLending(t *testing.T) {
 	// Twice as many spinning online threads as CPUs: each waits about as long as it runs.
 	n.run("--tier", "shared", "--name", "web", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(2*runtime.NumCPU()))
 	n.waitWorkload("web")
-	var cut reporter.Action
-	n.eventually(10*time.Second, "an interference cut", func() error {
-		for _, a := range n.status().Actions {
-			if a.Kind == "throttle" && strings.Contains(a.Reason, "run-queue wait of web") {
-				cut = a
-				return nil
-			}
-		}
-		return fmt.Errorf("none yet")
-	})
-	t.Logf("cut: %s", cut.Reason)
+	cut := waitThrottle(n, 10*time.Second, "run-queue wait of web")
 	if !strings.Contains(cut.Reason, "target 0.250") || !strings.Contains(cut.Reason, "-> ") {
 		t.Errorf("the cut does not show its figures: %s", cut.Reason)
 	}
@@ -85,17 +75,7 @@ func TestSLOProbeCutsLending(t *testing.T) {
 	n.run("--tier", "shared", "--name", "web", "--slo-probe", "http://"+addr+"/work", "--slo-latency", "10ms",
 		"--", tidalBin, "workload", "server", "--addr", addr, "--work", "30ms")
 	n.waitWorkload("web")
-	var cut reporter.Action
-	n.eventually(15*time.Second, "a cut by the SLO probe", func() error {
-		for _, a := range n.status().Actions {
-			if a.Kind == "throttle" && strings.Contains(a.Reason, "probe latency of web") {
-				cut = a
-				return nil
-			}
-		}
-		return fmt.Errorf("none yet")
-	})
-	t.Logf("cut: %s", cut.Reason)
+	cut := waitThrottle(n, 15*time.Second, "probe latency of web")
 	if !strings.Contains(cut.Reason, "(target 0.010)") {
 		t.Errorf("the cut does not show the probe's target: %s", cut.Reason)
 	}
@@ -106,6 +86,22 @@ func TestSLOProbeCutsLending(t *testing.T) {
 	if !found {
 		t.Errorf("status shows no probe latency for web: %+v", n.status().Pools[0].Control.Indicators)
 	}
+}
+
+// waitThrottle waits for a throttle action whose reason names indicator, and returns it.
+func waitThrottle(n *node, timeout time.Duration, indicator string) reporter.Action {
+	var cut reporter.Action
+	n.eventually(timeout, "a cut by "+indicator, func() error {
+		for _, a := range n.status().Actions {
+			if a.Kind == "throttle" && strings.Contains(a.Reason, indicator) {
+				cut = a
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	n.t.Logf("cut: %s", cut.Reason)
+	return cut
 }
 
 // feedbackNode is an agent whose lending only the interference feedback cuts: no spike path,
