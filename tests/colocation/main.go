@@ -1,6 +1,7 @@
 // Command colocation is tidal's colocation benchmark. On this machine, as root, it runs an
-// online HTTP service and offline work (a CPU burner and a cache antagonist) side by side under
-// seven scenarios, each driven through the same compressed tidal day of load:
+// online HTTP service (nginx from Debian's packages, and tidal's own Go server: -servers) and
+// offline work (a CPU burner and a cache antagonist) side by side under nine scenarios, each
+// driven through the same compressed tidal day of load:
 //
 //	online-alone    the online service alone: the latency baseline
 //	offline-alone   the offline work alone: the throughput baseline
@@ -10,14 +11,16 @@
 //	static          offline pinned with cpuset to a fixed half of the CPUs
 //	tidal           the tidal agent with its defaults: online in the shared tier, offline in
 //	                the reclaimed tier, both started with `tidal run`
+//	tidal-quota     tidal with cpu.mechanism quota
+//	tidal-shares    tidal with cpu.mechanism shares
 //
-// The scenarios run interleaved (A B C D E F G, A B C D E F G, ...) for -rounds rounds, so that
+// The scenarios run interleaved (each server through A B C ..., then again) for -rounds rounds, so that
 // whatever else the machine does affects them alike, and every figure is the median over the
 // rounds with its min and max. It writes results.md, results.json and one PNG time-series
 // plot per scenario into -out. With -overhead it measures only the agent's own CPU and memory
 // with 200 workloads.
 //
-//	go run ./tests/colocation -out bench-results          (as root; about 25 minutes)
+//	go run ./tests/colocation -out bench-results          (as root; about 70 minutes)
 //	go run ./tests/colocation -out /tmp/bench -quick      (about 6 minutes)
 //
 // docs/benchmark.md explains the method and how to read the results.
