@@ -25,6 +25,10 @@ note=""
 skip=()
 if [[ -n "${SOAK_JSON:-}" ]]; then
 	cp "$SOAK_JSON" "$out/soak.json"
+	# The soak's pass or fail, recorded beside its soak.json by the same run.
+	if [[ -f "$(dirname "$SOAK_JSON")/faults.jsonl" ]]; then
+		grep '"test":"TestSoak"' "$(dirname "$SOAK_JSON")/faults.jsonl" >>"$out/faults.jsonl" || true
+	fi
 	skip=(-skip '^TestSoak$')
 	cmd="SOAK_JSON=... make reliability RELIABILITY_FUZZTIME=$fuzztime"
 	note="The soak figures are those of an earlier \`make soak\` on the same machine and commit (SOAK_JSON)."
