@@ -305,8 +305,8 @@ func Default() Config {
 			SpikeThreshold:       0.8,
 			// Measured (docs/benchmark.md#mechanism): on this kind of machine the quota kept
 			// both servers' p99 at or under the best no-agent baseline; idle alone did not.
-			Mechanism:            string(plugins.MechanismQuota),
-			BurstPercent:         BurstPercent{Shared: 50},
+			Mechanism:    string(plugins.MechanismQuota),
+			BurstPercent: BurstPercent{Shared: 50},
 		},
 		Interference: Interference{
 			Interval:       500 * time.Millisecond,

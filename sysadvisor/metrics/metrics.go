@@ -128,4 +128,3 @@ func ReadPressure(procRoot, resource string) (Pressure, error) {
 	}
 	return p, nil
 }
-
