@@ -240,27 +240,28 @@ func (c *Cluster) ServiceAccountToken(t testing.TB, namespace, name string) stri
 // running client.
 func (c *Cluster) StopAPIServer(t testing.TB) {
 	t.Helper()
-	c.mu.Lock()
-	p := c.apiserver
-	c.apiserver = nil
-	c.mu.Unlock()
-	if p == nil {
-		t.Fatalf("kubetest: StopAPIServer: the apiserver is not running")
-	}
-	p.stop()
+	c.takeAPIServer(t, "StopAPIServer").stop()
 }
 
-// KillAPIServer kills the apiserver with SIGKILL (etcd keeps the data), as when it crashes
-// under a running client: no graceful shutdown, connections cut mid-request.
-func (c *Cluster) KillAPIServer(t testing.TB) {
+// takeAPIServer hands the running apiserver to the caller, who ends it; the cluster then has
+// none until StartAPIServer.
+func (c *Cluster) takeAPIServer(t testing.TB, caller string) *proc {
 	t.Helper()
 	c.mu.Lock()
 	p := c.apiserver
 	c.apiserver = nil
 	c.mu.Unlock()
 	if p == nil {
-		t.Fatalf("kubetest: KillAPIServer: the apiserver is not running")
+		t.Fatalf("kubetest: %s: the apiserver is not running", caller)
 	}
+	return p
+}
+
+// KillAPIServer kills the apiserver with SIGKILL (etcd keeps the data), as when it crashes
+// under a running client: no graceful shutdown, connections cut mid-request.
+func (c *Cluster) KillAPIServer(t testing.TB) {
+	t.Helper()
+	p := c.takeAPIServer(t, "KillAPIServer")
 	_ = p.cmd.Process.Kill()
 	<-p.done
 }
