@@ -85,7 +85,8 @@ type Control struct {
 	// Mechanism is how reclaimed work is held to what is lent (cpu.mechanism).
 	Mechanism string `json:"mechanism"`
 	// Bound names the rule that sets what is lent now: "usage ceiling", "interference cap",
-	// "minimum" or "lease".
+	// "minimum", "baseline measurement" (the minimum while online work's own indicators are
+	// measured) or "lease".
 	Bound string `json:"bound"`
 	// UsageCeilingMilliCPU is the pool less the predicted online demand; Formula shows it
 	// with its live inputs.
@@ -112,6 +113,9 @@ type Indicator struct {
 	Name     string  `json:"name"` // run-queue wait, throttled
 	Value    float64 `json:"value"`
 	Target   float64 `json:"target"` // 0: not used by the feedback
+	// Baseline is the workload's own figure with nothing lent, when measured: its target is
+	// then the larger of the tier's and a multiple of this (run-queue wait only).
+	Baseline float64 `json:"baseline,omitempty"`
 	// RunMilliCPU is the CPU the workload ran over the reading (the ratio's base).
 	RunMilliCPU int64 `json:"runMilliCPU"`
 }
@@ -241,6 +245,9 @@ func writeControl(w io.Writer, p Pool) {
 		target := "not used"
 		if i.Target > 0 {
 			target = fmt.Sprintf("target %.3f", i.Target)
+		}
+		if i.Baseline > 0 {
+			target += fmt.Sprintf(" (own baseline %.3f)", i.Baseline)
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s %.3f\t%s\t(ran %dm)\n", i.Workload, i.Tier, i.Name, i.Value, target, i.RunMilliCPU)
 	}

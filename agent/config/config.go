@@ -153,6 +153,12 @@ type Interference struct {
 	Cut float64 `yaml:"cut"`
 	// HoldAfterCut is how long lending may not grow after a cut.
 	HoldAfterCut time.Duration `yaml:"holdAfterCut"`
+	// BaselineFor and BaselineEvery: the agent measures each online workload's own
+	// run-queue wait with nothing lent (the node lends its minimum for BaselineFor) when an
+	// active workload has no baseline yet, and again every BaselineEvery (0: only then).
+	// A target relative to that baseline fits workloads that wait on their own threads.
+	BaselineFor   time.Duration `yaml:"baselineFor"`
+	BaselineEvery time.Duration `yaml:"baselineEvery"`
 	// Shared and Dedicated are the targets for online work of each tier.
 	Shared    Targets `yaml:"shared"`
 	Dedicated Targets `yaml:"dedicated"`
@@ -163,6 +169,10 @@ type Interference struct {
 type Targets struct {
 	// RunQueueWait is run-queue wait per unit of CPU run (/proc/<tid>/schedstat).
 	RunQueueWait float64 `yaml:"runQueueWait"`
+	// RunQueueWaitOverBaseline raises a workload's run-queue wait target to this many times
+	// its own wait with nothing lent, once that baseline is measured; 0 keeps the absolute
+	// target alone.
+	RunQueueWaitOverBaseline float64 `yaml:"runQueueWaitOverBaseline"`
 	// Throttled is the fraction of CFS periods in which the workload's own quota ran out.
 	Throttled float64 `yaml:"throttled"`
 }
@@ -314,8 +324,13 @@ func Default() Config {
 			Slack:          0.5,
 			Cut:            0.5,
 			HoldAfterCut:   10 * time.Second,
-			Shared:         Targets{RunQueueWait: 0.25},
-			Dedicated:      Targets{RunQueueWait: 0.10},
+			BaselineFor:    2 * time.Second,
+			BaselineEvery:  10 * time.Minute,
+			// A workload's own threads wait too (the Go server of the benchmark 0.33 per
+			// unit run alone, nginx 0.05): the target is the larger of the absolute one
+			// and a multiple of its own baseline (docs/benchmark.md).
+			Shared:    Targets{RunQueueWait: 0.25, RunQueueWaitOverBaseline: 1.5},
+			Dedicated: Targets{RunQueueWait: 0.10, RunQueueWaitOverBaseline: 1.25},
 		},
 		Memory: Memory{
 			ReservedSystemBytes:      1 * yamlconf.Gi,

@@ -72,11 +72,15 @@ interference:
   slack: 0.6
   cut: 0.25
   holdAfterCut: 30s
+  baselineFor: 3s
+  baselineEvery: 0s
   shared:
     runQueueWait: 0.3
+    runQueueWaitOverBaseline: 2
     throttled: 0.5
   dedicated:
     runQueueWait: 0.05
+    runQueueWaitOverBaseline: 0
 memory:
   reservedSystemBytes: 2Gi
   minReclaimedBytes: 0
@@ -146,7 +150,7 @@ func fullExampleConfig() Config {
 			BurstPercent:         BurstPercent{System: 10, Dedicated: 20, Shared: 100},
 		},
 		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second,
-			Shared: Targets{RunQueueWait: 0.3, Throttled: 0.5}, Dedicated: Targets{RunQueueWait: 0.05}},
+			BaselineFor: 3 * time.Second, Shared: Targets{RunQueueWait: 0.3, RunQueueWaitOverBaseline: 2, Throttled: 0.5}, Dedicated: Targets{RunQueueWait: 0.05}},
 		Memory: Memory{
 			ReservedSystemBytes:      2 * yamlconf.Gi,
 			MinReclaimedBytes:        0,
@@ -416,6 +420,10 @@ func TestErrors(t *testing.T) {
 			`tidal.yaml:2: loops.slowInterval: 2 is not a duration (a unit is required): want a duration in [100ms, 1m], such as "1s"`},
 		{"cross-field with defaults only on the other side", "loops:\n  psiWindow: 10s\n  psiStallThreshold: 11s\n",
 			`tidal.yaml:3: loops.psiStallThreshold: 11s is out of range: want a duration > 0 and <= loops.psiWindow (10s)`},
+		{"baseline factor under 1", "interference:\n  shared:\n    runQueueWaitOverBaseline: 0.5\n",
+			`tidal.yaml:3: interference.shared.runQueueWaitOverBaseline: 0.5 is out of range: want 0 (off) or a number in [1, 100] (times the workload's own run-queue wait with nothing lent)`},
+		{"baseline shorter than 3 readings", "interference:\n  interval: 1s\n  baselineFor: 2s\n",
+			`tidal.yaml:3: interference.baselineFor: 2s is out of range: want 0 (no baselines) or a duration in [1s, 1m] and >= 3 x interference.interval (1s), to take readings`},
 		{"duplicate key", "logLevel: info\nlogLevel: debug\n",
 			`tidal.yaml:2: logLevel: duplicate key: first set at line 1`},
 		{"not a mapping", "- mode\n",
