@@ -82,8 +82,11 @@ type Pool struct {
 // less predicted online demand) and the interference cap (fed back from online work's
 // indicators), never under the minimum, and within the lease when there is one.
 type Control struct {
-	// Mechanism is how reclaimed work is held to what is lent (cpu.mechanism).
-	Mechanism string `json:"mechanism"`
+	// Mechanism is how reclaimed work is held to what is lent now (cpu.mechanism, or the
+	// candidate cpu.mechanism auto runs); MechanismChoice says why, with the auto chooser's
+	// trial or choice and each candidate's score.
+	Mechanism       string `json:"mechanism"`
+	MechanismChoice string `json:"mechanismChoice"`
 	// Bound names the rule that sets what is lent now: "usage ceiling", "interference cap",
 	// "minimum", "baseline measurement" (the minimum while online work's own indicators are
 	// measured) or "lease".
@@ -234,7 +237,7 @@ func WriteText(w io.Writer, s Status) error {
 // writeControl shows how a NUMA node's lending was sized, with the live figures.
 func writeControl(w io.Writer, p Pool) {
 	c := p.Control
-	fmt.Fprintf(w, "\nnuma %d lends %dm (mechanism %s), set by the %s\n", p.NUMANode, p.LentMilliCPU, c.Mechanism, c.Bound)
+	fmt.Fprintf(w, "\nnuma %d lends %dm (mechanism %s: %s), set by the %s\n", p.NUMANode, p.LentMilliCPU, c.Mechanism, c.MechanismChoice, c.Bound)
 	fmt.Fprintf(w, "  usage ceiling %dm = %s\n", c.UsageCeilingMilliCPU, c.Formula)
 	held := ""
 	if !c.HeldUntil.IsZero() && c.HeldUntil.After(time.Now()) {

@@ -124,13 +124,41 @@ type CPU struct {
 	// fraction of the CPU online work has not lent out.
 	SpikeThreshold float64 `yaml:"spikeThreshold"`
 	// Mechanism is how reclaimed work is held to what is lent on its CPUs: idle, shares
-	// or quota (see plugins.CPUMechanism and docs/benchmark.md for the figures).
-	Mechanism string `yaml:"mechanism"`
+	// or quota (see plugins.CPUMechanism and docs/benchmark.md for the figures), or auto:
+	// the agent tries AutoMechanism's candidates on this node and keeps the best.
+	Mechanism     string        `yaml:"mechanism"`
+	AutoMechanism AutoMechanism `yaml:"autoMechanism"`
 
 	// CPU burst (issue 12).
 	// BurstPercent is each online tier's CPU burst, a percentage (0..100) of a workload's
 	// CPU limit; a workload's tidalqos.io/cpu-burst-percent overrides it.
 	BurstPercent BurstPercent `yaml:"burstPercent"`
+}
+
+// MechanismAuto is the cpu.mechanism that the agent chooses by measurement.
+const MechanismAuto = "auto"
+
+// AutoMechanism configures cpu.mechanism auto (sysadvisor/mechanism): each candidate runs for
+// Trial at a time, Rounds times each, interleaved; the one under which the interference
+// feedback lent the largest share of the usage ceiling is kept for Every.
+type AutoMechanism struct {
+	// Candidates is a comma-separated list of mechanisms, in order of preference (the first
+	// is tried first and wins a tie).
+	Candidates string        `yaml:"candidates"`
+	Trial      time.Duration `yaml:"trial"`
+	Rounds     int           `yaml:"rounds"`
+	Every      time.Duration `yaml:"every"`
+}
+
+// CandidateList is Candidates split.
+func (m AutoMechanism) CandidateList() []string {
+	var out []string
+	for _, c := range strings.Split(m.Candidates, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // BurstPercent is the CPU burst of each online tier. Reclaimed work never bursts.
@@ -315,7 +343,11 @@ func Default() Config {
 			SpikeThreshold:       0.8,
 			// Measured (docs/benchmark.md#mechanism): on this kind of machine the quota kept
 			// both servers' p99 at or under the best no-agent baseline; idle alone did not.
-			Mechanism:    string(plugins.MechanismQuota),
+			Mechanism: string(plugins.MechanismQuota),
+			AutoMechanism: AutoMechanism{
+				Candidates: string(plugins.MechanismQuota) + "," + string(plugins.MechanismIdle),
+				Trial:      time.Minute, Rounds: 2, Every: 6 * time.Hour,
+			},
 			BurstPercent: BurstPercent{Shared: 50},
 		},
 		Interference: Interference{

@@ -100,6 +100,19 @@ func mechanismList() []string {
 	return out
 }
 
+// candidateList checks cpu.autoMechanism.candidates: known mechanisms, each once.
+func candidateList(s string) bool {
+	list := AutoMechanism{Candidates: s}.CandidateList()
+	seen := map[string]bool{}
+	for _, c := range list {
+		if seen[c] || !oneOf(mechanismList()...)(c) {
+			return false
+		}
+		seen[c] = true
+	}
+	return len(list) > 0
+}
+
 func mechanismNames() string { return strings.Join(mechanismList(), ", ") }
 
 // relPath accepts a relative path that stays below its parent: not empty,
@@ -189,7 +202,17 @@ var schema = []*entry{
 		leaf("spikeThreshold", kindFloat, func(c *Config) *float64 { return &c.CPU.SpikeThreshold },
 			"a number in (0, 1]", inRange(0, 1, true)),
 		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },
-			"one of "+mechanismNames(), oneOf(mechanismList()...)),
+			"one of "+mechanismNames()+", "+MechanismAuto, oneOf(append(mechanismList(), MechanismAuto)...)),
+		section("autoMechanism",
+			leaf("candidates", kindString, func(c *Config) *string { return &c.CPU.AutoMechanism.Candidates },
+				"a comma-separated list of distinct mechanisms ("+mechanismNames()+"), such as \"quota,idle\"", candidateList),
+			leaf("trial", kindDuration, func(c *Config) *time.Duration { return &c.CPU.AutoMechanism.Trial },
+				`a duration >= 1s, such as "1m"`, atLeast(time.Second)),
+			leaf("rounds", kindInt, func(c *Config) *int { return &c.CPU.AutoMechanism.Rounds },
+				"an integer in [1, 10]", func(v int) bool { return v >= 1 && v <= 10 }),
+			leaf("every", kindDuration, func(c *Config) *time.Duration { return &c.CPU.AutoMechanism.Every },
+				`0 (choose once) or a duration >= 1m, such as "6h"`, func(d time.Duration) bool { return d == 0 || d >= time.Minute }),
+		),
 		// CPU burst (issue 12).
 		section("burstPercent",
 			leaf("system", kindInt, func(c *Config) *int { return &c.CPU.BurstPercent.System }, burstWant, burstPercent),

@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -173,4 +174,48 @@ func lendingGrows(n *node) int64 {
 		return nil
 	})
 	return n.status().Lendable.MilliCPU
+}
+
+// cpu.mechanism auto tries each candidate on the node in turn, switching the reclaimed tier's
+// files live (a CFS quota under quota, none under idle), and keeps the one under which the
+// feedback lent the largest share of the usage ceiling: with no online work both lend all of
+// it, so the tie goes to the first. Status and the actions say what it tried and why it chose.
+func TestAutoMechanismTriesEachAndChooses(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  mechanism: auto\n  autoMechanism:\n    candidates: quota,idle\n    trial: 3s\n    rounds: 1\n")
+	n.start()
+	lendingGrows(n)
+	quota := func() string { return n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us") }
+	n.eventually(15*time.Second, "the idle trial: no quota on the reclaimed tier", func() error {
+		s := n.status()
+		if c := s.Pools[0].Control; c.Mechanism != "idle" || quota() != "-1" {
+			return fmt.Errorf("mechanism %s (%s), quota %s", c.Mechanism, c.MechanismChoice, quota())
+		}
+		return nil
+	})
+	var c reporter.Control
+	n.eventually(15*time.Second, "a choice", func() error {
+		if c = n.status().Pools[0].Control; !strings.HasPrefix(c.MechanismChoice, "auto: chose") {
+			return fmt.Errorf("mechanism %s: %s", c.Mechanism, c.MechanismChoice)
+		}
+		return nil
+	})
+	t.Logf("choice: %s", c.MechanismChoice)
+	if scores := regexp.MustCompile(`quota [01]\.\d\d, idle [01]\.\d\d`); c.Mechanism != "quota" || !scores.MatchString(c.MechanismChoice) {
+		t.Errorf("with no online work the first candidate should win the tie, with both scores shown: %s %s", c.Mechanism, c.MechanismChoice)
+	}
+	n.eventually(5*time.Second, "the quota back on the reclaimed tier", func() error {
+		if q := quota(); q == "-1" {
+			return fmt.Errorf("quota %s", q)
+		}
+		return nil
+	})
+	var switches []string
+	for _, a := range n.status().Actions {
+		if a.Kind == "mechanism" {
+			switches = append(switches, a.Reason)
+		}
+	}
+	if len(switches) != 2 || !strings.Contains(switches[0], "quota -> idle") || !strings.Contains(switches[1], "idle -> quota") {
+		t.Errorf("mechanism actions: %q", switches)
+	}
 }
