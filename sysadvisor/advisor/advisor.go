@@ -386,6 +386,19 @@ func (a *Advisor) Baseline(now time.Time, node int, until time.Time) *Change {
 		node, until.Format("15:04:05.000"), cur, m)}
 }
 
+// Vouched is the plan as the node reports it to the scheduler and the arbiter: a node
+// measuring its baseline vouches for what it lent before (within the usage ceiling), since
+// the measurement is a dip of a few seconds, not a change of what it can lend.
+func (a *Advisor) Vouched() Plan {
+	p := a.Plan()
+	for node, c := range a.ctl {
+		if c.State == StateBaseline {
+			p.ReclaimedMilliCPU[node] = max(p.ReclaimedMilliCPU[node], min(c.resumeMilliCPU, a.usageCeiling(node, peakOf(a.cpu[node]))))
+		}
+	}
+	return p
+}
+
 // EndBaseline gives node back what it lent when Baseline began, as far as the usage ceiling
 // allows now (a spike meanwhile keeps it down); with stale metrics it stays at the minimum.
 // It returns the grow, or nil.

@@ -277,6 +277,9 @@ func TestBaselineHoldsTheMinimumThenGivesLendingBack(t *testing.T) {
 	if c == nil || c.Kind != "shrink" || a.Plan().ReclaimedMilliCPU[0] != 100 {
 		t.Fatalf("baseline: change %+v, lends %dm, want the minimum", c, a.Plan().ReclaimedMilliCPU[0])
 	}
+	if v := a.Vouched().ReclaimedMilliCPU[0]; v != 2700 {
+		t.Errorf("during the baseline the node vouches for %dm, want what it lent before (2700m)", v)
+	}
 	if a.Baseline(now, 0, now.Add(time.Second)) != nil {
 		t.Error("a second Baseline while one runs changed something")
 	}
