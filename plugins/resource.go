@@ -28,6 +28,12 @@ type Node struct {
 	ReclaimedCPU CPUMechanism
 	// GPUMinors are the /dev/nvidiaN minors of the node's GPUs.
 	GPUMinors []int
+	// LentIO is the disk IO lent to reclaimed work, one entry per disk tidal manages; nil
+	// when IO isolation is off.
+	LentIO []IOLimit
+	// IOWeightWorks: a managed disk's scheduler honours cgroup IO weights (bfq, or io.cost on
+	// v2), so a low weight for reclaimed work means something.
+	IOWeightWorks bool
 }
 
 // CPUMechanism is how the reclaimed tier is held to the CPU it is lent. Every mechanism
