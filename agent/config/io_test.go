@@ -9,15 +9,15 @@ import (
 func TestIODeviceErrors(t *testing.T) {
 	cases := map[string]string{
 		"io:\n  devices: /dev/vda\n":                                     `tidal.yaml:2: io.devices: got "/dev/vda": want a list of mappings`,
-		"io:\n  devices:\n    - writeBps: 1Mi\n":                        `tidal.yaml:3: io.devices[0].device: missing`,
-		"io:\n  devices:\n    - device: sda\n":                          `tidal.yaml:3: io.devices[0].device: "sda" is neither a device path nor MAJ:MIN`,
-		"io:\n  devices:\n    - device: /nonexistent/disk\n":            `tidal.yaml:3: io.devices[0].device: /nonexistent/disk:`,
-		"io:\n  devices:\n    - device: /dev/null\n":                    `tidal.yaml:3: io.devices[0].device: /dev/null is not a block device`,
+		"io:\n  devices:\n    - writeBps: 1Mi\n":                         `tidal.yaml:3: io.devices[0].device: missing`,
+		"io:\n  devices:\n    - device: sda\n":                           `tidal.yaml:3: io.devices[0].device: "sda" is neither a device path nor MAJ:MIN`,
+		"io:\n  devices:\n    - device: /nonexistent/disk\n":             `tidal.yaml:3: io.devices[0].device: /nonexistent/disk:`,
+		"io:\n  devices:\n    - device: /dev/null\n":                     `tidal.yaml:3: io.devices[0].device: /dev/null is not a block device`,
 		"io:\n  devices:\n    - device: \"8:0\"\n      writeBps: fast\n": `tidal.yaml:4: io.devices[0].writeBps: "fast" is not a valid size`,
 		"io:\n  devices:\n    - device: \"8:0\"\n      readIOPS: -5\n":   `tidal.yaml:4: io.devices[0].readIOPS: -5 is out of range`,
 		"io:\n  devices:\n    - device: \"8:0\"\n      iops: 5\n":        `tidal.yaml:4: io.devices[0].iops: unknown key: want one of device, readBps`,
-		"io:\n  floorBps: 0\n":                                          `io.floorBps: 0 is out of range`,
-		"io:\n  latencyThreshold: 5\n":                                  `tidal.yaml:2: io.latencyThreshold: 5 is not a duration (a unit is required)`,
+		"io:\n  floorBps: 0\n":                                           `io.floorBps: 0 is out of range`,
+		"io:\n  latencyThreshold: 5\n":                                   `tidal.yaml:2: io.latencyThreshold: 5 is not a duration (a unit is required)`,
 	}
 	for in, want := range cases {
 		_, err := Parse("tidal.yaml", []byte(in))
