@@ -34,6 +34,11 @@ type Node struct {
 	// IOWeightWorks: a managed disk's scheduler honours cgroup IO weights (bfq, or io.cost on
 	// v2), so a low weight for reclaimed work means something.
 	IOWeightWorks bool
+	// IOFlat: a cgroup's IO throttle holds only its own IO, not its children's (cgroup v1's
+	// blkio throttling is flat), so each reclaimed workload needs a throttle of its own.
+	IOFlat bool
+	// ReclaimedWorkloads is how many reclaimed workloads share what is lent.
+	ReclaimedWorkloads int
 }
 
 // CPUMechanism is how the reclaimed tier is held to the CPU it is lent. Every mechanism

@@ -49,17 +49,37 @@ func (Resource) Fill(t *plugins.Tree, n plugins.Node) {
 	}
 }
 
-// Decide throttles a reclaimed workload outside tidal's reclaimed tier (a reclaimed pod, whose
-// cgroup is the kubelet's) to what is lent; one inside the tier is held by the tier. Each such
-// pod may use all of what is lent: the tier is the one sum tidal can cap.
+// Decide throttles a reclaimed workload to its share of what is lent where the tier's throttle
+// does not hold it: a reclaimed pod (outside tidal's reclaimed tier, its cgroup the kubelet's),
+// and on cgroup v1 every reclaimed workload, since v1's blkio throttling is flat (a limit on
+// the tier holds only IO issued from the tier's own cgroup, not its children's). What is lent
+// is split evenly over the reclaimed workloads, so together they stay within it.
 func (Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision) {
-	if n.LentIO == nil || w.Tier != qos.Reclaimed || !w.Owner.Foreign() {
+	if n.LentIO == nil || w.Tier != qos.Reclaimed || !(w.Owner.Foreign() || n.IOFlat) {
 		return
 	}
-	d.Settings.IOLimits = append([]plugins.IOLimit{}, n.LentIO...)
+	d.Settings.IOLimits = Share(n.LentIO, n.ReclaimedWorkloads)
 	if n.IOWeightWorks {
 		d.Settings.IOWeight = ReclaimedWeight
 	}
+}
+
+// Share is one of n equal shares of lent (n < 1 counts as 1); a rate never falls to 0, which
+// would mean no limit.
+func Share(lent []plugins.IOLimit, n int) []plugins.IOLimit {
+	n = max(n, 1)
+	out := make([]plugins.IOLimit, len(lent))
+	part := func(v uint64) uint64 {
+		if v == 0 {
+			return 0
+		}
+		return max(v/uint64(n), 1)
+	}
+	for i, l := range lent {
+		out[i] = plugins.IOLimit{Device: l.Device, ReadBps: part(l.ReadBps), WriteBps: part(l.WriteBps),
+			ReadIOPS: part(l.ReadIOPS), WriteIOPS: part(l.WriteIOPS)}
+	}
+	return out
 }
 
 // unthrottled is an entry clearing each device's throttle.

@@ -70,3 +70,23 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+// cgroup v1's blkio throttling is flat: every reclaimed workload gets its share of what is
+// lent, so together they stay within it; online work still gets none.
+func TestFlatThrottlingSharesWhatIsLent(t *testing.T) {
+	n := plugins.Node{LentIO: lent(), IOFlat: true, ReclaimedWorkloads: 2}
+	var d plugins.Decision
+	io.Resource{}.Decide(plugins.Workload{Tier: qos.Reclaimed, Owner: plugins.OwnerTidal}, n, &d)
+	want := plugins.IOLimit{Device: "254:0", ReadBps: 25 << 20, WriteBps: 10 << 20, ReadIOPS: 250, WriteIOPS: 100}
+	if len(d.Settings.IOLimits) != 1 || d.Settings.IOLimits[0] != want {
+		t.Errorf("share %+v, want %+v", d.Settings.IOLimits, want)
+	}
+	var online plugins.Decision
+	io.Resource{}.Decide(plugins.Workload{Tier: qos.Shared, Owner: plugins.OwnerTidal}, n, &online)
+	if online.Settings.IOLimits != nil {
+		t.Errorf("online workload throttled: %+v", online.Settings.IOLimits)
+	}
+	if s := io.Share([]plugins.IOLimit{{Device: "1:1", WriteBps: 3}}, 5); s[0].WriteBps != 1 || s[0].ReadBps != 0 {
+		t.Errorf("a share must stay a limit (>= 1) and no limit stays none: %+v", s[0])
+	}
+}

@@ -1,6 +1,7 @@
 package cgroupfs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -79,4 +80,23 @@ func (l *Layout) IOStat(rel string) (map[string]IOCounters, error) {
 		}
 	}
 	return out, nil
+}
+
+// IOPressure is cgroup rel's IO pressure, "some avg10" (percent), from io.pressure (cgroup
+// v2; v1 has no per-cgroup pressure here).
+func (l *Layout) IOPressure(rel string) (float64, error) {
+	data, err := os.ReadFile(filepath.Join(l.Dir("io", rel), "io.pressure"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "some" {
+			continue
+		}
+		if v, ok := strings.CutPrefix(f[1], "avg10="); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s/io.pressure: no some avg10", rel)
 }
