@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -40,7 +41,9 @@ const (
 
 const (
 	offlineBlock  = 1 << 20
-	offlineRegion = 256 << 20
+	offlineRegion = 128 << 20
+	// offlineWriters keep several large writes in flight, as a batch job's IO does.
+	offlineWriters = 4
 	onlineBlock   = 4096
 	onlineRegion  = 16 << 20
 	// The capacity the test tells tidal the loop device has, for writes.
@@ -60,41 +63,54 @@ func TestMain(m *testing.M) {
 	testutil.RunSuite(m, &tidalBin)
 }
 
-// offline writes 1 MiB blocks with O_DIRECT over a 256 MiB region until SIGTERM, and keeps
-// the bytes written in result (rewritten after every block).
+// offline writes 1 MiB blocks with O_DIRECT from offlineWriters threads, each over its own
+// 128 MiB region, until killed, and keeps the bytes written in result (every 20 ms).
 func offline(path, result string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_DIRECT, 0o600)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	// O_DIRECT needs an aligned buffer: an anonymous mapping is page-aligned.
-	buf, err := unix.Mmap(-1, 0, offlineBlock, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-	if err != nil {
-		return err
+	var written atomic.Int64
+	errs := make(chan error, offlineWriters)
+	for w := 0; w < offlineWriters; w++ {
+		go func() {
+			// O_DIRECT needs an aligned buffer: an anonymous mapping is page-aligned.
+			buf, err := unix.Mmap(-1, 0, offlineBlock, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := range buf {
+				buf[i] = byte(i)
+			}
+			base := int64(w) * offlineRegion
+			for n := 0; ; n++ {
+				off := base + int64(n%(offlineRegion/offlineBlock))*offlineBlock
+				k, err := f.WriteAt(buf, off)
+				written.Add(int64(k))
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
 	}
-	for i := range buf {
-		buf[i] = byte(i)
-	}
-	stop := make(chan os.Signal, 1)
-	signalNotify(stop)
-	var written int64
-	report := func() { _ = os.WriteFile(result, []byte(strconv.FormatInt(written, 10)), 0o600) }
-	for n := 0; ; n++ {
+	// One reporter, renaming a complete file into place: a reader never sees a torn count.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
 		select {
-		case <-stop:
-			report()
-			return nil
-		default:
-		}
-		off := int64(n%(offlineRegion/offlineBlock)) * offlineBlock
-		w, err := f.WriteAt(buf, off)
-		written += int64(w)
-		if err != nil {
-			report()
+		case err := <-errs:
 			return err
+		case <-tick.C:
+			if err := os.WriteFile(result+".tmp", []byte(strconv.FormatInt(written.Load(), 10)), 0o600); err != nil {
+				return err
+			}
+			if err := os.Rename(result+".tmp", result); err != nil {
+				return err
+			}
 		}
-		report()
 	}
 }
 
@@ -121,7 +137,7 @@ func loopDevice(t *testing.T) (dev, mnt string) {
 	if err := os.Truncate(backing, 1<<30); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("losetup", "--direct-io=on", "--show", "-f", backing).CombinedOutput()
+	out, err := exec.Command("losetup", "--show", "-f", backing).CombinedOutput()
 	if err != nil {
 		isolationtest.Unavailable(t, "losetup: %v: %s", err, out)
 	}
