@@ -44,8 +44,8 @@ const (
 	offlineRegion = 128 << 20
 	// offlineWriters keep several large writes in flight, as a batch job's IO does.
 	offlineWriters = 4
-	onlineBlock   = 4096
-	onlineRegion  = 16 << 20
+	onlineBlock    = 4096
+	onlineRegion   = 16 << 20
 	// The capacity the test tells tidal the loop device has, for writes.
 	capacityWriteBps = 64 << 20
 	phase            = 8 * time.Second
