@@ -175,6 +175,9 @@ func (a *Advisor) size(capacity, online, cur uint64, grow bool, dir int) uint64 
 		target = max(capacity-need, floor)
 	}
 	switch {
+	case target < cur && cur-target < capacity/deadbandDivisor && target > floor:
+		// A small move of online use: not worth a cgroup write and an action each interval.
+		return cur
 	case target <= cur:
 		return target
 	case !grow:
@@ -183,6 +186,10 @@ func (a *Advisor) size(capacity, online, cur uint64, grow bool, dir int) uint64 
 	step := max(uint64(float64(capacity)*a.cfg.GrowStepRatio), 1)
 	return min(target, cur+step)
 }
+
+// deadbandDivisor: lending shrinks for a change of online use only when it moves by more
+// than 1/deadbandDivisor of the capacity (the margin covers less).
+const deadbandDivisor = 32
 
 func (d *disk) set(r Rates, rule string) bool {
 	d.rule = rule

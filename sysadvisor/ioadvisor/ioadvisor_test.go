@@ -105,3 +105,15 @@ func TestStaleOrMissingFiguresLendTheFloor(t *testing.T) {
 		t.Errorf("missing disk: lent %v", a.Lent()[0].Rates)
 	}
 }
+
+func TestSmallMovesOfOnlineUseDoNotShrink(t *testing.T) {
+	a := New(cfg(), []Disk{vda()})
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 20; i++ {
+		a.Observe(t0.Add(time.Duration(i)*time.Second), map[string]Sample{"254:0": {Online: Rates{0, 40 * mib}}}, true)
+	}
+	// 150 MiB/s lent; online rises by 4 MiB/s (5 MiB/s with the margin, under 200/32).
+	if a.Observe(t0.Add(21*time.Second), map[string]Sample{"254:0": {Online: Rates{0, 44 * mib}}}, false) {
+		t.Errorf("a small rise of online use shrank lending to %d MiB/s", a.Lent()[0].Rates[1]/mib)
+	}
+}
