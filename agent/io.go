@@ -181,11 +181,16 @@ func (a *Agent) ioPressureSource() string {
 	if a.layout.Version == cgroupfs.V2 {
 		return "online tiers' io.pressure some"
 	}
-	return "/proc/pressure/io full"
+	return "none on cgroup v1"
 }
 
-// ioPressure is the pressure signal: the worst online tier's io.pressure on v2, the node's
-// "full" line on v1 (its "some" line counts reclaimed work waiting on its own throttle).
+// errNoIOPressure: cgroup v1 has no per-cgroup IO pressure, and the node's /proc/pressure/io
+// counts reclaimed work waiting on its own throttle (a throttled writer on an idle node reads
+// as 50-100% "some" and "full"), which would hold lending at the floor for ever. On v1 the
+// disks' latency is the cut signal.
+var errNoIOPressure = errors.New("no online IO pressure on cgroup v1")
+
+// ioPressure is the pressure signal: the worst online tier's io.pressure (cgroup v2).
 func (a *Agent) ioPressure() (float64, error) {
 	if a.layout.Version == cgroupfs.V2 {
 		worst := 0.0
@@ -198,8 +203,7 @@ func (a *Agent) ioPressure() (float64, error) {
 		}
 		return worst, nil
 	}
-	p, err := metrics.ReadPressure(a.procDir, "io")
-	return p.FullAvg10, err
+	return 0, errNoIOPressure
 }
 
 // ioLoop reads the disks every io.interval: it cuts lending at once (and writes the cgroups

@@ -10,7 +10,7 @@ import (
 // IO is the disk IO dimension's state: what each disk lends reclaimed work and why.
 type IO struct {
 	// Pressure is the IO pressure signal (PSI avg10, percent) and PressureSource where it
-	// is read ("online tiers' io.pressure", "/proc/pressure/io full").
+	// is read ("online tiers' io.pressure some" on v2; none on v1).
 	Pressure       float64  `json:"pressure"`
 	PressureSource string   `json:"pressureSource"`
 	Disks          []IODisk `json:"disks"`

@@ -371,3 +371,40 @@ func TestOfflineWriterIsThrottledAndOnlineLatencyHolds(t *testing.T) {
 		t.Errorf("online p99 under tidal is not better than unconstrained: median ratio %.2fx", median(ratios))
 	}
 }
+
+// With no online IO on the device, what tidal lends grows from the floor by steps towards the
+// configured capacity less the margin, and the offline writer's throughput follows it.
+func TestLendingGrowsWithSlack(t *testing.T) {
+	dev, mnt := loopDevice(t)
+	a := testutil.NewAgent(t, tidalBin, fmt.Sprintf(`io:
+  nodeDisks: false
+  devices:
+    - device: %s
+      writeBps: %d
+`, dev, capacityWriteBps), "", false)
+	a.Start()
+	resultFile := filepath.Join(t.TempDir(), "written")
+	a.Run("--tier", "reclaimed", "--name", "writer", "--", "env", offlineEnv+"="+filepath.Join(mnt, "offline.dat"), resultEnv+"="+resultFile, os.Args[0])
+	t.Cleanup(func() { killReclaimed(t, a) })
+	var lent []float64
+	var last uint64
+	start := time.Now()
+	for time.Since(start) < 14*time.Second {
+		last = lentWrite(a.Status(), dev)
+		lent = append(lent, float64(last)/(1<<20))
+		time.Sleep(time.Second)
+	}
+	// The writer's throughput over the last 3 s, against what was lent then.
+	before := readInt(resultFile)
+	time.Sleep(3 * time.Second)
+	rate := float64(readInt(resultFile)-before) / 3
+	end := lentWrite(a.Status(), dev)
+	t.Logf("write bandwidth lent each second (MiB/s): %.1f", lent)
+	t.Logf("offline writer over the last 3 s: %.1f MiB/s with %.1f-%.1f MiB/s lent (capacity %d MiB/s)", rate/(1<<20), float64(last)/(1<<20), float64(end)/(1<<20), capacityWriteBps>>20)
+	if slices.Max(lent) < 16 {
+		t.Errorf("lending did not grow past 16 MiB/s with the device otherwise idle: %v", lent)
+	}
+	if hi := float64(max(last, end)); rate > 1.25*hi+float64(4<<20) {
+		t.Errorf("the writer did %.1f MiB/s, above the %.1f MiB/s lent", rate/(1<<20), hi/(1<<20))
+	}
+}
