@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,8 +91,8 @@ func (a *Agent) setupIO() error {
 		a.log.Info("IO isolation on, but there is no disk to manage")
 		return nil
 	}
-	if !a.layout.Has("blkio") {
-		a.log.Warn("IO isolation on, but the blkio controller is not mounted: reclaimed work's IO is not throttled")
+	if !ioController(a.layout) {
+		a.log.Warn("IO isolation on, but the IO controller is not available (v1: blkio not mounted; v2: io not enabled in the root's cgroup.subtree_control): reclaimed work's IO is not throttled")
 		return nil
 	}
 	var adv []ioadvisor.Disk
@@ -112,6 +113,16 @@ func (a *Agent) setupIO() error {
 	}
 	a.log.Info("IO isolation on", "disks", strings.Join(names, " "), "weight", a.ioWeight, "pressure", a.ioPressureSource())
 	return nil
+}
+
+// ioController says whether cgroups can be IO-throttled: on v1 the blkio hierarchy is mounted,
+// on v2 the root (the host's, never written by tidal) hands the io controller down.
+func ioController(layout *cgroupfs.Layout) bool {
+	if layout.Version != cgroupfs.V2 {
+		return layout.Has("blkio")
+	}
+	data, err := os.ReadFile(filepath.Join(layout.Unified, "cgroup.subtree_control"))
+	return err == nil && slices.Contains(strings.Fields(string(data)), "io")
 }
 
 func ioLimits(lent []ioadvisor.Lent) []plugins.IOLimit {

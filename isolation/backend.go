@@ -291,6 +291,9 @@ func (b *v1Backend) writeThrottles(path, value string) error {
 	}
 	var errs []error
 	for _, l := range want {
+		if deviceGone(l.Device) {
+			continue
+		}
 		for i, name := range v1ThrottleFiles {
 			// 0 removes the device's rule.
 			line := l.Device + " " + strconv.FormatUint(*ioFields(&l)[i], 10)
@@ -298,6 +301,22 @@ func (b *v1Backend) writeThrottles(path, value string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sysDevBlock lists the block devices the kernel has, by MAJ:MIN.
+var sysDevBlock = "/sys/dev/block"
+
+// deviceGone says a block device no longer exists (a disk removed, a loop device detached):
+// its throttle rules went with it, and writing one would fail with ENODEV, failing the whole
+// pass. Not knowing (no /sys) counts as present.
+func deviceGone(dev string) bool {
+	_, err := os.Stat(filepath.Join(sysDevBlock, dev))
+	return errors.Is(err, os.ErrNotExist) && dirExists(sysDevBlock)
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 // ioWeightValue is the cgroup-wide weight of a weight file: "100", or "default 100" and
@@ -514,7 +533,9 @@ func (b *v2Backend) writeIOMax(path, value string) error {
 	}
 	var errs []error
 	for _, l := range want {
-		errs = append(errs, writeFile(file, translate.IOMaxLine(l)))
+		if !deviceGone(l.Device) {
+			errs = append(errs, writeFile(file, translate.IOMaxLine(l)))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -79,3 +79,18 @@ func TestIOThrottlesRealCgroupsV1(t *testing.T) {
 		}
 	}
 }
+
+// A throttle on a device that no longer exists (a detached loop device) is skipped, not a
+// failed pass: the kernel dropped its rules with the device.
+func TestIOThrottleOnAGoneDeviceIsNoError(t *testing.T) {
+	l := isolationtest.Layout(t)
+	if l.Version != cgroupfs.V1 || !l.Has("blkio") {
+		t.Skip("needs the v1 blkio hierarchy")
+	}
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	gone := plugins.IOLimit{Device: "7:999999", WriteBps: 1 << 20}
+	if err := w.Apply([]plugins.Cgroup{{Path: root}, {Path: root + "/reclaimed", Settings: plugins.Settings{IOLimits: []plugins.IOLimit{gone}}}}); err != nil {
+		t.Fatalf("a gone device failed the pass: %v", err)
+	}
+}
