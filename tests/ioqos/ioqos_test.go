@@ -48,6 +48,9 @@ const (
 	onlineRegion   = 16 << 20
 	// The capacity the test tells tidal the loop device has, for writes.
 	capacityWriteBps = 64 << 20
+	// Its write IOs per second, in the growth test: unknown, only the floor (64) would be
+	// lent, and the writer's bios (split below 1 MiB by the device) would be held by that.
+	capacityWriteIOPS = 4000
 	phase            = 8 * time.Second
 	rounds           = 3
 )
@@ -381,7 +384,8 @@ func TestLendingGrowsWithSlack(t *testing.T) {
   devices:
     - device: %s
       writeBps: %d
-`, dev, capacityWriteBps), "", false)
+      writeIOPS: %d
+`, dev, capacityWriteBps, capacityWriteIOPS), "", false)
 	a.Start()
 	resultFile := filepath.Join(t.TempDir(), "written")
 	a.Run("--tier", "reclaimed", "--name", "writer", "--", "env", offlineEnv+"="+filepath.Join(mnt, "offline.dat"), resultEnv+"="+resultFile, os.Args[0])
@@ -399,6 +403,10 @@ func TestLendingGrowsWithSlack(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	rate := float64(readInt(resultFile)-before) / 3
 	end := lentWrite(a.Status(), dev)
+	if w, ok := a.Workload("writer"); ok {
+		v, _ := a.File("blkio", w.Cgroup, "blkio.throttle.write_bps_device")
+		t.Logf("the writer's cgroup %s: blkio.throttle.write_bps_device %q", w.Cgroup, v)
+	}
 	t.Logf("write bandwidth lent each second (MiB/s): %.1f", lent)
 	t.Logf("offline writer over the last 3 s: %.1f MiB/s with %.1f-%.1f MiB/s lent (capacity %d MiB/s)", rate/(1<<20), float64(last)/(1<<20), float64(end)/(1<<20), capacityWriteBps>>20)
 	if slices.Max(lent) < 16 {
