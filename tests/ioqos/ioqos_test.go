@@ -51,8 +51,8 @@ const (
 	// Its write IOs per second, in the growth test: unknown, only the floor (64) would be
 	// lent, and the writer's bios (split below 1 MiB by the device) would be held by that.
 	capacityWriteIOPS = 4000
-	phase            = 8 * time.Second
-	rounds           = 3
+	phase             = 8 * time.Second
+	rounds            = 3
 )
 
 func TestMain(m *testing.M) {
