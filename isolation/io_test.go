@@ -94,3 +94,32 @@ func TestIOThrottleOnAGoneDeviceIsNoError(t *testing.T) {
 		t.Fatalf("a gone device failed the pass: %v", err)
 	}
 }
+
+// blkio.bfq.weight (where bfq is built in or loaded) takes the reclaimed weight and reads it
+// back without drift; without the file the knob is skipped, not an error.
+func TestIOWeightRealCgroupsV1(t *testing.T) {
+	l := isolationtest.Layout(t)
+	if l.Version != cgroupfs.V1 || !l.Has("blkio") {
+		t.Skip("needs the v1 blkio hierarchy")
+	}
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	tree := []plugins.Cgroup{{Path: root}, {Path: root + "/reclaimed", Settings: plugins.Settings{IOWeight: 10}}}
+	if err := w.Apply(tree); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Dir("blkio", root+"/reclaimed"), "blkio.bfq.weight")); err != nil {
+		t.Skip("no bfq on this kernel: the weight was skipped")
+	}
+	if got := read(t, l, "blkio", root+"/reclaimed", "blkio.bfq.weight"); got != "10" {
+		t.Errorf("blkio.bfq.weight = %q, want 10", got)
+	}
+	w.Forget()
+	before := totalWrites(w)
+	if err := w.Apply(tree); err != nil {
+		t.Fatal(err)
+	}
+	if after := totalWrites(w); after != before {
+		t.Errorf("re-reading the weight found drift: %d writes", after-before)
+	}
+}
