@@ -37,6 +37,7 @@ import (
 	sysgpu "github.com/tidalqos/tidal/sysadvisor/gpu"
 	"github.com/tidalqos/tidal/sysadvisor/interference"
 	"github.com/tidalqos/tidal/sysadvisor/ioadvisor"
+	"github.com/tidalqos/tidal/sysadvisor/mechanism"
 	"github.com/tidalqos/tidal/sysadvisor/topology"
 )
 
@@ -79,6 +80,10 @@ type Agent struct {
 	online  map[int]int64 // latest online usage of each node's shared pool
 	// indicators are the latest interference figures of online work, per NUMA node.
 	indicators map[int][]reporter.Indicator
+	// mech holds reclaimed work to what is lent now: cpu.mechanism, or with auto the candidate
+	// the chooser runs; mechChoice says why, for status.
+	mech       plugins.CPUMechanism
+	mechChoice string
 	memTotal   int64 // node memory, from the latest sample
 	memOnline  int64 // memory used by all but reclaimed work, from the latest sample
 	actions    []reporter.Action
@@ -120,6 +125,10 @@ type Agent struct {
 	starvationMeter *interference.Meter
 	starvationAt    time.Time
 	satisfaction    map[string]float64
+
+	// chooser tries the mechanisms with cpu.mechanism auto (nil otherwise); the interference
+	// loop owns it.
+	chooser *mechanism.Chooser
 
 	// poolsChanged wakes the NRI plugin's refresh when a pool's CPUs change.
 	poolsChanged chan struct{}
@@ -223,6 +232,12 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 
 		starvation:      eviction.Starvation{Floor: cfg.Eviction.StarvationFloor, Window: cfg.Eviction.StarvationWindow},
 		starvationMeter: interference.NewMeter(procDir, layout),
+	}
+	a.mech, a.mechChoice = plugins.CPUMechanism(cfg.CPU.Mechanism), "set by cpu.mechanism"
+	if cfg.CPU.Mechanism == config.MechanismAuto {
+		m := cfg.CPU.AutoMechanism
+		a.chooser = mechanism.New(mechanism.Config{Candidates: m.CandidateList(), Trial: m.Trial, Rounds: m.Rounds, Every: m.Every, Tie: mechanismTie})
+		a.mech, a.mechChoice = plugins.CPUMechanism(a.chooser.Current()), "auto: "+a.chooser.Reason()
 	}
 	a.memoryPolicy = memoryResource(cfg.Memory)
 	a.policy = a.policy.With(a.memoryPolicy)

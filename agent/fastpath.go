@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -225,19 +226,21 @@ func (a *Agent) writeReclaimedLimits() {
 			reclaimedPods = append(reclaimedPods, r.Cgroup)
 		}
 	}
-	var narrow []plugins.Cgroup
+	var quotas, narrow []plugins.Cgroup
 	for _, c := range a.desired(snap, node, plan).Cgroups() {
 		if !within(c.Path, reclaimedTier) && !slices.ContainsFunc(reclaimedPods, func(p string) bool { return within(c.Path, p) }) {
 			continue
 		}
-		s := plugins.Settings{CPUs: c.Settings.CPUs, CPUQuota: c.Settings.CPUQuota}
-		if s.CPUs.IsEmpty() && s.CPUQuota == 0 {
-			continue
+		if c.Settings.CPUQuota != 0 {
+			quotas = append(quotas, plugins.Cgroup{Path: c.Path, Foreign: c.Foreign, Settings: plugins.Settings{CPUQuota: c.Settings.CPUQuota}})
 		}
-		narrow = append(narrow, plugins.Cgroup{Path: c.Path, Foreign: c.Foreign, Settings: s})
+		if !c.Settings.CPUs.IsEmpty() {
+			narrow = append(narrow, plugins.Cgroup{Path: c.Path, Foreign: c.Foreign, Settings: plugins.Settings{CPUs: c.Settings.CPUs}})
+		}
 	}
-	err := a.writer.Apply(narrow)
-	if err != nil {
+	// Quotas first: one write on the tier holds all reclaimed work below it at once, where
+	// cpusets on v1 must narrow child by child before their parent may.
+	if err := errors.Join(a.writer.Apply(quotas), a.writer.Apply(narrow)); err != nil {
 		a.log.Error("fast path cgroup write failed", "err", err)
 	}
 	a.publish(snap)

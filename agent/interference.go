@@ -29,6 +29,7 @@ func (a *Agent) interferenceLoop(ctx context.Context) {
 	defer meter.Close()
 	probes := newProbes(a.cfg.Interference.Interval)
 	defer probes.stop()
+	baselines := interference.NewBaselines(a.cfg.Interference.BaselineFor, a.cfg.Interference.BaselineEvery)
 	t := time.NewTicker(a.cfg.Interference.Interval)
 	defer t.Stop()
 	last := time.Now()
@@ -37,7 +38,7 @@ func (a *Agent) interferenceLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			a.interfere(ctx, meter, probes, now.Sub(last))
+			a.interfere(ctx, meter, probes, baselines, now.Sub(last))
 			last = now
 		}
 	}
@@ -52,45 +53,59 @@ type onlineWorkload struct {
 }
 
 // interfere reads the indicators (no lock held), hands each NUMA node's to the advisor and,
-// if one was cut, writes the reclaimed limits.
-func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes *probes, interval time.Duration) {
+// if one was cut, writes the reclaimed limits. While online workloads' baselines are measured
+// it holds lending at the minimum instead, and gives it back when the measurement ends.
+func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes *probes, baselines *interference.Baselines, interval time.Duration) {
 	snap := a.store.Snapshot()
 	a.mu.Lock()
 	pools := a.pools
 	a.mu.Unlock()
 	groups, online := a.onlineGroups(snap, pools)
 	slos := map[string]qos.SLO{}
+	names := map[string]bool{}
 	for name, w := range online {
+		names[name] = true
 		if w.slo.Probe != "" {
 			slos[name] = w.slo
 		}
 	}
 	probes.sync(ctx, slos)
+	baselines.Keep(names)
 	minRun := max(time.Duration(a.cfg.Interference.MinRunMilliCPU)*interval/1000, 1)
 	readings := meter.Read(groups, minRun)
 	now := time.Now()
 
 	perNode := map[int][]advisor.Indicator{}
 	shown := map[int][]reporter.Indicator{}
+	var active []string // workloads with a reading whose target is relative to a baseline
 	for _, r := range readings {
 		w := online[r.Name]
-		var inds []advisor.Indicator
+		var inds []reporter.Indicator
 		if took, ok := probes.latency(r.Name); ok {
 			// The workload's own SLO signal counts whatever CPU it ran.
-			inds = append(inds, advisor.Indicator{Name: indicatorProbe, Workload: r.Name, Value: took.Seconds(), Target: w.slo.Latency.Seconds()})
+			inds = append(inds, reporter.Indicator{Name: indicatorProbe, Value: took.Seconds(), Target: w.slo.Latency.Seconds()})
 		}
 		if r.Err == nil && r.Run >= minRun {
 			// Enough CPU for a ratio to mean something.
-			inds = append(inds,
-				advisor.Indicator{Name: indicatorRunQueueWait, Workload: r.Name, Value: r.WaitRatio(), Target: w.targets.RunQueueWait},
-				advisor.Indicator{Name: indicatorThrottled, Workload: r.Name, Value: r.ThrottledRatio(), Target: w.targets.Throttled})
+			wait := reporter.Indicator{Name: indicatorRunQueueWait, Value: r.WaitRatio(), Target: w.targets.RunQueueWait}
+			if w.targets.RunQueueWaitOverBaseline > 0 {
+				active = append(active, r.Name)
+				baselines.Add(r.Name, wait.Value)
+				if b, ok := baselines.Of(r.Name); ok {
+					wait.Baseline = b
+					wait.Target = max(wait.Target, w.targets.RunQueueWaitOverBaseline*b)
+				}
+			}
+			inds = append(inds, wait,
+				reporter.Indicator{Name: indicatorThrottled, Value: r.ThrottledRatio(), Target: w.targets.Throttled})
 		}
 		run := state.Milli(r.Run, interval)
 		for _, ind := range inds {
+			ind.Workload, ind.Tier, ind.RunMilliCPU = r.Name, string(w.tier), run
 			for _, n := range w.nodes {
-				shown[n] = append(shown[n], reporter.Indicator{Workload: r.Name, Tier: string(w.tier), Name: ind.Name, Value: ind.Value, Target: ind.Target, RunMilliCPU: run})
+				shown[n] = append(shown[n], ind)
 				if ind.Target > 0 {
-					perNode[n] = append(perNode[n], ind)
+					perNode[n] = append(perNode[n], advisor.Indicator{Name: ind.Name, Workload: r.Name, Value: ind.Value, Target: ind.Target})
 				}
 			}
 		}
@@ -100,19 +115,41 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	}
 
 	a.mu.Lock()
-	cut := false
-	for _, np := range pools {
-		if c := a.advisor.Interfere(now, np.Node, perNode[np.Node]); c != nil {
-			a.actionLocked("throttle", "interference", c.Reason)
-			cut = true
+	changed := false
+	act := func(c *advisor.Change, kind, trigger string) {
+		if c != nil {
+			a.actionLocked(kind, trigger, c.Reason)
+			changed = true
 		}
 	}
+	measured, done := baselines.Finish(now)
+	switch {
+	case done:
+		a.log.Info("online baselines measured", "runQueueWait", measured)
+		for _, np := range pools {
+			act(a.advisor.EndBaseline(now, np.Node), "grow", "baseline")
+		}
+	case baselines.Measuring():
+		// Lending stays at its minimum until the measurement ends.
+	case baselines.Due(now, active):
+		until := baselines.Start(now)
+		for _, np := range pools {
+			act(a.advisor.Baseline(now, np.Node, until), "throttle", "baseline")
+		}
+	default:
+		for _, np := range pools {
+			act(a.advisor.Interfere(now, np.Node, perNode[np.Node]), "throttle", "interference")
+		}
+	}
+	if a.chooseMechanismLocked(now, pools) {
+		changed = true
+	}
 	a.indicators = shown
-	if cut {
+	if changed {
 		a.planGeneration++
 	}
 	a.mu.Unlock()
-	if cut {
+	if changed {
 		a.writeReclaimedLimits()
 	}
 }
@@ -164,7 +201,7 @@ func (a *Agent) controlStatusLocked(node int, lent int64) reporter.Control {
 	usage, predicted, capv := a.advisor.Ceiling(node)
 	ctl := a.advisor.Controllers()[node]
 	c := reporter.Control{
-		Mechanism: string(a.mechanism()), UsageCeilingMilliCPU: usage, PredictedOnlineMilliCPU: predicted,
+		Mechanism: string(a.mechanism()), MechanismChoice: a.mechChoice, UsageCeilingMilliCPU: usage, PredictedOnlineMilliCPU: predicted,
 		Formula: fmt.Sprintf("pool %dm - (online peak %dm over %s x %.2f + %dm)", a.poolMilliLocked(node), a.advisor.Peak(node),
 			a.cfg.CPU.PeakWindow, 1+a.cfg.CPU.SafetyMarginRatio, a.cfg.CPU.SafetyMarginMilliCPU),
 		InterferenceCapMilliCPU: capv, State: ctl.State, HeldUntil: ctl.HeldUntil,
@@ -174,6 +211,8 @@ func (a *Agent) controlStatusLocked(node int, lent int64) reporter.Control {
 	switch {
 	case lent < planned:
 		c.Bound = "lease"
+	case ctl.State == advisor.StateBaseline:
+		c.Bound = "baseline measurement"
 	case lent <= a.cfg.CPU.MinReclaimedMilliCPU || planned <= a.cfg.CPU.MinReclaimedMilliCPU:
 		c.Bound = "minimum"
 	case capv < usage:
@@ -195,5 +234,42 @@ func (a *Agent) poolMilliLocked(node int) int64 {
 	return 0
 }
 
-// mechanism is how reclaimed work is held to what is lent (cpu.mechanism).
-func (a *Agent) mechanism() plugins.CPUMechanism { return plugins.CPUMechanism(a.cfg.CPU.Mechanism) }
+// mechanism is how reclaimed work is held to what is lent now. Callers hold a.mu.
+func (a *Agent) mechanism() plugins.CPUMechanism { return a.mech }
+
+// mechanismTie: with cpu.mechanism auto, a later candidate must lend this much more of the
+// usage ceiling than an earlier one to be chosen over it (readings are noisy).
+const mechanismTie = 0.05
+
+// chooseMechanismLocked feeds the auto chooser this reading (the share of the usage ceiling
+// the node lends, when there is something to lend and nothing else holds lending down) and
+// switches the mechanism when a trial ends. It reports whether the mechanism changed.
+func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools) bool {
+	if a.chooser == nil {
+		return false
+	}
+	plan := a.advisor.Plan().ReclaimedMilliCPU
+	ctls := a.advisor.Controllers()
+	var lent, ceiling int64
+	informative := a.advisor.Primed()
+	for _, np := range pools {
+		usage, _, _ := a.advisor.Ceiling(np.Node)
+		if ctls[np.Node].State == advisor.StateBaseline {
+			informative = false
+		}
+		if usage > min(a.cfg.CPU.MinReclaimedMilliCPU, a.poolMilliLocked(np.Node)) {
+			lent, ceiling = lent+plan[np.Node], ceiling+usage
+		}
+	}
+	if informative && ceiling > 0 {
+		a.chooser.Observe(float64(lent) / float64(ceiling))
+	}
+	m, changed := a.chooser.Step(now)
+	a.mechChoice = "auto: " + a.chooser.Reason()
+	if !changed {
+		return false
+	}
+	a.actionLocked("mechanism", "auto", fmt.Sprintf("reclaimed CPU mechanism %s -> %s (%s)", a.mech, m, a.chooser.Reason()))
+	a.mech = plugins.CPUMechanism(m)
+	return true
+}

@@ -57,12 +57,12 @@ func (a *Agent) publish(snap state.Snapshot) {
 }
 
 // lendableLocked is what the node can vouch for lending: nothing while metrics are stale or
-// cgroup writes fail.
+// cgroup writes fail, and through a baseline measurement what it lent before.
 func (a *Agent) lendableLocked(now time.Time) reporter.Lendable {
 	if !a.advisor.Primed() || a.applyErr != nil {
 		return reporter.Lendable{}
 	}
-	plan := a.leaseCapLocked(a.advisor.Plan(), now)
+	plan := a.leaseCapLocked(a.advisor.Vouched(), now)
 	return reporter.Lendable{MilliCPU: plan.TotalMilliCPU(), MemoryBytes: plan.ReclaimedMemory, GPUs: a.store.Allocator().GPUs().Lendable()}
 }
 

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tidalqos/tidal/plugins"
 )
 
 // Metrics are the agent's Prometheus metrics, on a registry of their own (no global state).
@@ -30,6 +32,7 @@ type Metrics struct {
 	usageCeiling    *prometheus.GaugeVec
 	interferenceCap *prometheus.GaugeVec
 	indicatorLoad   *prometheus.GaugeVec
+	mechanism       *prometheus.GaugeVec
 
 	// CPU burst and starvation eviction (issue 12).
 	cpuBurst   *prometheus.GaugeVec
@@ -102,6 +105,9 @@ func NewMetrics(writes WriteCounter) *Metrics {
 		indicatorLoad: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tidal_interference_indicator_ratio", Help: "The worst online workload's interference indicator on a NUMA node as a fraction of its target (above 1: lending is cut).",
 		}, []string{"numa_node", "indicator"}),
+		mechanism: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tidal_cpu_mechanism", Help: "1 for the mechanism that holds a NUMA node's reclaimed work to what is lent now (cpu.mechanism, or the candidate cpu.mechanism auto runs), 0 for the others.",
+		}, []string{"numa_node", "mechanism"}),
 	}
 	m.cpuBurst = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tidal_cpu_burst_workloads", Help: "Online workloads given a CPU burst above their CPU limit (cpu.cfs_burst_us, cpu.max.burst), by tier.",
@@ -112,7 +118,7 @@ func NewMetrics(writes WriteCounter) *Metrics {
 	m.registry.MustRegister(m.cpuBurst, m.cpuStarved)
 	m.memory = newMemoryMetrics(m.registry)
 	m.io = newIOMetrics(m.registry)
-	m.registry.MustRegister(m.usageCeiling, m.interferenceCap, m.indicatorLoad, m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
+	m.registry.MustRegister(m.usageCeiling, m.interferenceCap, m.indicatorLoad, m.mechanism, m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
 		m.evictions, m.loopDuration, m.metricsFresh, m.hookCalls, m.hookDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		writeCollector{writes})
@@ -245,5 +251,12 @@ func (m *Metrics) SetControl(node int, c Control) {
 	}
 	for _, name := range []string{"run-queue wait", "throttled", "probe latency"} {
 		m.indicatorLoad.WithLabelValues(n, name).Set(worst[name])
+	}
+	for _, mech := range plugins.CPUMechanisms() {
+		v := 0.0
+		if string(mech) == c.Mechanism {
+			v = 1
+		}
+		m.mechanism.WithLabelValues(n, string(mech)).Set(v)
 	}
 }

@@ -85,10 +85,14 @@ type Pool struct {
 // less predicted online demand) and the interference cap (fed back from online work's
 // indicators), never under the minimum, and within the lease when there is one.
 type Control struct {
-	// Mechanism is how reclaimed work is held to what is lent (cpu.mechanism).
-	Mechanism string `json:"mechanism"`
+	// Mechanism is how reclaimed work is held to what is lent now (cpu.mechanism, or the
+	// candidate cpu.mechanism auto runs); MechanismChoice says why, with the auto chooser's
+	// trial or choice and each candidate's score.
+	Mechanism       string `json:"mechanism"`
+	MechanismChoice string `json:"mechanismChoice"`
 	// Bound names the rule that sets what is lent now: "usage ceiling", "interference cap",
-	// "minimum" or "lease".
+	// "minimum", "baseline measurement" (the minimum while online work's own indicators are
+	// measured) or "lease".
 	Bound string `json:"bound"`
 	// UsageCeilingMilliCPU is the pool less the predicted online demand; Formula shows it
 	// with its live inputs.
@@ -115,6 +119,9 @@ type Indicator struct {
 	Name     string  `json:"name"` // run-queue wait, throttled
 	Value    float64 `json:"value"`
 	Target   float64 `json:"target"` // 0: not used by the feedback
+	// Baseline is the workload's own figure with nothing lent, when measured: its target is
+	// then the larger of the tier's and a multiple of this (run-queue wait only).
+	Baseline float64 `json:"baseline,omitempty"`
 	// RunMilliCPU is the CPU the workload ran over the reading (the ratio's base).
 	RunMilliCPU int64 `json:"runMilliCPU"`
 }
@@ -234,7 +241,7 @@ func WriteText(w io.Writer, s Status) error {
 // writeControl shows how a NUMA node's lending was sized, with the live figures.
 func writeControl(w io.Writer, p Pool) {
 	c := p.Control
-	fmt.Fprintf(w, "\nnuma %d lends %dm (mechanism %s), set by the %s\n", p.NUMANode, p.LentMilliCPU, c.Mechanism, c.Bound)
+	fmt.Fprintf(w, "\nnuma %d lends %dm (mechanism %s: %s), set by the %s\n", p.NUMANode, p.LentMilliCPU, c.Mechanism, c.MechanismChoice, c.Bound)
 	fmt.Fprintf(w, "  usage ceiling %dm = %s\n", c.UsageCeilingMilliCPU, c.Formula)
 	held := ""
 	if !c.HeldUntil.IsZero() && c.HeldUntil.After(time.Now()) {
@@ -245,6 +252,9 @@ func writeControl(w io.Writer, p Pool) {
 		target := "not used"
 		if i.Target > 0 {
 			target = fmt.Sprintf("target %.3f", i.Target)
+		}
+		if i.Baseline > 0 {
+			target += fmt.Sprintf(" (own baseline %.3f)", i.Baseline)
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s %.3f\t%s\t(ran %dm)\n", i.Workload, i.Tier, i.Name, i.Value, target, i.RunMilliCPU)
 	}

@@ -125,13 +125,41 @@ type CPU struct {
 	// fraction of the CPU online work has not lent out.
 	SpikeThreshold float64 `yaml:"spikeThreshold"`
 	// Mechanism is how reclaimed work is held to what is lent on its CPUs: idle, shares
-	// or quota (see plugins.CPUMechanism and docs/benchmark.md for the figures).
-	Mechanism string `yaml:"mechanism"`
+	// or quota (see plugins.CPUMechanism and docs/benchmark.md for the figures), or auto:
+	// the agent tries AutoMechanism's candidates on this node and keeps the best.
+	Mechanism     string        `yaml:"mechanism"`
+	AutoMechanism AutoMechanism `yaml:"autoMechanism"`
 
 	// CPU burst (issue 12).
 	// BurstPercent is each online tier's CPU burst, a percentage (0..100) of a workload's
 	// CPU limit; a workload's tidalqos.io/cpu-burst-percent overrides it.
 	BurstPercent BurstPercent `yaml:"burstPercent"`
+}
+
+// MechanismAuto is the cpu.mechanism that the agent chooses by measurement.
+const MechanismAuto = "auto"
+
+// AutoMechanism configures cpu.mechanism auto (sysadvisor/mechanism): each candidate runs for
+// Trial at a time, Rounds times each, interleaved; the one under which the interference
+// feedback lent the largest share of the usage ceiling is kept for Every.
+type AutoMechanism struct {
+	// Candidates is a comma-separated list of mechanisms, in order of preference (the first
+	// is tried first and wins a tie).
+	Candidates string        `yaml:"candidates"`
+	Trial      time.Duration `yaml:"trial"`
+	Rounds     int           `yaml:"rounds"`
+	Every      time.Duration `yaml:"every"`
+}
+
+// CandidateList is Candidates split.
+func (m AutoMechanism) CandidateList() []string {
+	var out []string
+	for _, c := range strings.Split(m.Candidates, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // BurstPercent is the CPU burst of each online tier. Reclaimed work never bursts.
@@ -154,6 +182,12 @@ type Interference struct {
 	Cut float64 `yaml:"cut"`
 	// HoldAfterCut is how long lending may not grow after a cut.
 	HoldAfterCut time.Duration `yaml:"holdAfterCut"`
+	// BaselineFor and BaselineEvery: the agent measures each online workload's own
+	// run-queue wait with nothing lent (the node lends its minimum for BaselineFor) when an
+	// active workload has no baseline yet, and again every BaselineEvery (0: only then).
+	// A target relative to that baseline fits workloads that wait on their own threads.
+	BaselineFor   time.Duration `yaml:"baselineFor"`
+	BaselineEvery time.Duration `yaml:"baselineEvery"`
 	// Shared and Dedicated are the targets for online work of each tier.
 	Shared    Targets `yaml:"shared"`
 	Dedicated Targets `yaml:"dedicated"`
@@ -164,6 +198,10 @@ type Interference struct {
 type Targets struct {
 	// RunQueueWait is run-queue wait per unit of CPU run (/proc/<tid>/schedstat).
 	RunQueueWait float64 `yaml:"runQueueWait"`
+	// RunQueueWaitOverBaseline raises a workload's run-queue wait target to this many times
+	// its own wait with nothing lent, once that baseline is measured; 0 keeps the absolute
+	// target alone.
+	RunQueueWaitOverBaseline float64 `yaml:"runQueueWaitOverBaseline"`
 	// Throttled is the fraction of CFS periods in which the workload's own quota ran out.
 	Throttled float64 `yaml:"throttled"`
 }
@@ -306,7 +344,11 @@ func Default() Config {
 			SpikeThreshold:       0.8,
 			// Measured (docs/benchmark.md#mechanism): on this kind of machine the quota kept
 			// both servers' p99 at or under the best no-agent baseline; idle alone did not.
-			Mechanism:    string(plugins.MechanismQuota),
+			Mechanism: string(plugins.MechanismQuota),
+			AutoMechanism: AutoMechanism{
+				Candidates: string(plugins.MechanismQuota) + "," + string(plugins.MechanismIdle),
+				Trial:      time.Minute, Rounds: 2, Every: 6 * time.Hour,
+			},
 			BurstPercent: BurstPercent{Shared: 50},
 		},
 		Interference: Interference{
@@ -315,8 +357,13 @@ func Default() Config {
 			Slack:          0.5,
 			Cut:            0.5,
 			HoldAfterCut:   10 * time.Second,
-			Shared:         Targets{RunQueueWait: 0.25},
-			Dedicated:      Targets{RunQueueWait: 0.10},
+			BaselineFor:    2 * time.Second,
+			BaselineEvery:  10 * time.Minute,
+			// A workload's own threads wait too (the Go server of the benchmark 0.33 per
+			// unit run alone, nginx 0.05): the target is the larger of the absolute one
+			// and a multiple of its own baseline (docs/benchmark.md).
+			Shared:    Targets{RunQueueWait: 0.25, RunQueueWaitOverBaseline: 1.5},
+			Dedicated: Targets{RunQueueWait: 0.10, RunQueueWaitOverBaseline: 1.25},
 		},
 		IO: defaultIO(),
 		Memory: Memory{

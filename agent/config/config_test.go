@@ -61,7 +61,12 @@ cpu:
   growStepMilliCPU: 1000
   peakWindow: 1m
   spikeThreshold: 1
-  mechanism: quota
+  mechanism: auto
+  autoMechanism:
+    candidates: idle, quota
+    trial: 30s
+    rounds: 3
+    every: 0s
   burstPercent:
     system: 10
     dedicated: 20
@@ -72,11 +77,15 @@ interference:
   slack: 0.6
   cut: 0.25
   holdAfterCut: 30s
+  baselineFor: 3s
+  baselineEvery: 0s
   shared:
     runQueueWait: 0.3
+    runQueueWaitOverBaseline: 2
     throttled: 0.5
   dedicated:
     runQueueWait: 0.05
+    runQueueWaitOverBaseline: 0
 memory:
   reservedSystemBytes: 2Gi
   minReclaimedBytes: 0
@@ -158,11 +167,12 @@ func fullExampleConfig() Config {
 			GrowStepMilliCPU:     1000,
 			PeakWindow:           time.Minute,
 			SpikeThreshold:       1,
-			Mechanism:            "quota",
+			Mechanism:            "auto",
+			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3},
 			BurstPercent:         BurstPercent{System: 10, Dedicated: 20, Shared: 100},
 		},
 		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second,
-			Shared: Targets{RunQueueWait: 0.3, Throttled: 0.5}, Dedicated: Targets{RunQueueWait: 0.05}},
+			BaselineFor: 3 * time.Second, Shared: Targets{RunQueueWait: 0.3, RunQueueWaitOverBaseline: 2, Throttled: 0.5}, Dedicated: Targets{RunQueueWait: 0.05}},
 		Memory: Memory{
 			ReservedSystemBytes:      2 * yamlconf.Gi,
 			MinReclaimedBytes:        0,
@@ -345,7 +355,7 @@ func TestLoadNamesFile(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, interference, memory, io, loops, eviction, status, arbiter, kubernetes, hooks"
-	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism, burstPercent"
+	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism, autoMechanism, burstPercent"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {
 		name string
@@ -435,6 +445,12 @@ func TestErrors(t *testing.T) {
 			`tidal.yaml:2: loops.slowInterval: 2 is not a duration (a unit is required): want a duration in [100ms, 1m], such as "1s"`},
 		{"cross-field with defaults only on the other side", "loops:\n  psiWindow: 10s\n  psiStallThreshold: 11s\n",
 			`tidal.yaml:3: loops.psiStallThreshold: 11s is out of range: want a duration > 0 and <= loops.psiWindow (10s)`},
+		{"unknown auto candidate", "cpu:\n  autoMechanism:\n    candidates: quota,fast\n",
+			`tidal.yaml:3: cpu.autoMechanism.candidates: "quota,fast" is not allowed: want a comma-separated list of distinct mechanisms (idle, shares, quota), such as "quota,idle"`},
+		{"baseline factor under 1", "interference:\n  shared:\n    runQueueWaitOverBaseline: 0.5\n",
+			`tidal.yaml:3: interference.shared.runQueueWaitOverBaseline: 0.5 is out of range: want 0 (off) or a number in [1, 100] (times the workload's own run-queue wait with nothing lent)`},
+		{"baseline shorter than 3 readings", "interference:\n  interval: 1s\n  baselineFor: 2s\n",
+			`tidal.yaml:3: interference.baselineFor: 2s is out of range: want 0 (no baselines) or a duration in [1s, 1m] and >= 3 x interference.interval (1s), to take readings`},
 		{"duplicate key", "logLevel: info\nlogLevel: debug\n",
 			`tidal.yaml:2: logLevel: duplicate key: first set at line 1`},
 		{"not a mapping", "- mode\n",
@@ -491,7 +507,7 @@ loops:
 	want := []string{
 		`tidal.yaml:2: logLevel: "loud" is not allowed: want one of debug, info, warn, error`,
 		`tidal.yaml:4: cpu.spikeThreshold: 0 is out of range: want a number in (0, 1]`,
-		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism, burstPercent`,
+		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism, autoMechanism, burstPercent`,
 		`tidal.yaml:6: cpu.peakWindow: 10 is not a duration (a unit is required): want a duration >= 1s, such as "30s"`,
 		`tidal.yaml:8: memory.growStepBytes: "12X" is not a valid size (unknown suffix "X"): want a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`,
 		`tidal.yaml:10: loops.fastInterval: 5s is out of range: want a duration >= 1ms and < loops.slowInterval (1s)`,

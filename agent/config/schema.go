@@ -85,6 +85,9 @@ func targets(key string, p func(*Config) *Targets) *entry {
 	return section(key,
 		leaf("runQueueWait", kindFloat, func(c *Config) *float64 { return &p(c).RunQueueWait },
 			"a number >= 0 (run-queue wait per unit of CPU run; 0 turns it off)", func(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }),
+		leaf("runQueueWaitOverBaseline", kindFloat, func(c *Config) *float64 { return &p(c).RunQueueWaitOverBaseline },
+			"0 (off) or a number in [1, 100] (times the workload's own run-queue wait with nothing lent)",
+			func(v float64) bool { return v == 0 || v >= 1 && v <= 100 }),
 		leaf("throttled", kindFloat, func(c *Config) *float64 { return &p(c).Throttled },
 			"a number in [0, 1] (fraction of CFS periods throttled; 0 turns it off)", inRange(0, 1, false)),
 	)
@@ -96,6 +99,19 @@ func mechanismList() []string {
 		out = append(out, string(m))
 	}
 	return out
+}
+
+// candidateList checks cpu.autoMechanism.candidates: known mechanisms, each once.
+func candidateList(s string) bool {
+	list := AutoMechanism{Candidates: s}.CandidateList()
+	seen := map[string]bool{}
+	for _, c := range list {
+		if seen[c] || !oneOf(mechanismList()...)(c) {
+			return false
+		}
+		seen[c] = true
+	}
+	return len(list) > 0
 }
 
 func mechanismNames() string { return strings.Join(mechanismList(), ", ") }
@@ -187,7 +203,17 @@ var schema = []*entry{
 		leaf("spikeThreshold", kindFloat, func(c *Config) *float64 { return &c.CPU.SpikeThreshold },
 			"a number in (0, 1]", inRange(0, 1, true)),
 		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },
-			"one of "+mechanismNames(), oneOf(mechanismList()...)),
+			"one of "+mechanismNames()+", "+MechanismAuto, oneOf(append(mechanismList(), MechanismAuto)...)),
+		section("autoMechanism",
+			leaf("candidates", kindString, func(c *Config) *string { return &c.CPU.AutoMechanism.Candidates },
+				"a comma-separated list of distinct mechanisms ("+mechanismNames()+"), such as \"quota,idle\"", candidateList),
+			leaf("trial", kindDuration, func(c *Config) *time.Duration { return &c.CPU.AutoMechanism.Trial },
+				`a duration >= 1s, such as "1m"`, atLeast(time.Second)),
+			leaf("rounds", kindInt, func(c *Config) *int { return &c.CPU.AutoMechanism.Rounds },
+				"an integer in [1, 10]", func(v int) bool { return v >= 1 && v <= 10 }),
+			leaf("every", kindDuration, func(c *Config) *time.Duration { return &c.CPU.AutoMechanism.Every },
+				`0 (choose once) or a duration >= 1m, such as "6h"`, func(d time.Duration) bool { return d == 0 || d >= time.Minute }),
+		),
 		// CPU burst (issue 12).
 		section("burstPercent",
 			leaf("system", kindInt, func(c *Config) *int { return &c.CPU.BurstPercent.System }, burstWant, burstPercent),
@@ -208,6 +234,17 @@ var schema = []*entry{
 			"a number in [0, 1)", func(v float64) bool { return v >= 0 && v < 1 }),
 		leaf("holdAfterCut", kindDuration, func(c *Config) *time.Duration { return &c.Interference.HoldAfterCut },
 			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
+		leaf("baselineFor", kindDuration, func(c *Config) *time.Duration { return &c.Interference.BaselineFor },
+			`0 (no baselines) or a duration in [1s, 1m] and >= 3 x interference.interval, such as "2s"`, nil).
+			cross(func(c *Config) bool {
+				d := c.Interference.BaselineFor
+				return d == 0 || d >= time.Second && d <= time.Minute && d >= 3*c.Interference.Interval
+			}, func(c *Config) string {
+				return fmt.Sprintf("0 (no baselines) or a duration in [1s, 1m] and >= 3 x interference.interval (%v), to take readings", c.Interference.Interval)
+			}, "interference.interval"),
+		leaf("baselineEvery", kindDuration, func(c *Config) *time.Duration { return &c.Interference.BaselineEvery },
+			`0 (only for workloads without one) or a duration >= 1m, such as "10m"`,
+			func(d time.Duration) bool { return d == 0 || d >= time.Minute }),
 		targets("shared", func(c *Config) *Targets { return &c.Interference.Shared }),
 		targets("dedicated", func(c *Config) *Targets { return &c.Interference.Dedicated }),
 	),

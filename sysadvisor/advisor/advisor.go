@@ -65,7 +65,9 @@ type Controller struct {
 	// CapMilliCPU is the most the interference feedback lets the node lend now.
 	CapMilliCPU int64
 	// State is "grow" (slack on every indicator), "hold" (under target, no slack, or just
-	// cut), "cut" (the last reading crossed) or "" before the first reading.
+	// cut), "cut" (the last reading crossed), "baseline" (lending held at its minimum while
+	// online work's own indicators are measured, until HeldUntil) or "" before the first
+	// reading.
 	State string
 	// Worst is the indicator nearest its target at the last reading.
 	Worst     Indicator
@@ -74,7 +76,13 @@ type Controller struct {
 	// LastCut is the last cut's reason ("" if none yet) and when it happened.
 	LastCut   string
 	LastCutAt time.Time
+
+	// What the node lent, and its cap, when a baseline measurement began.
+	resumeMilliCPU, resumeCap int64
 }
+
+// StateBaseline is a Controller's state while a baseline is measured.
+const StateBaseline = "baseline"
 
 // NUMASample is what online work uses on one NUMA node's shared pool.
 type NUMASample struct {
@@ -322,6 +330,9 @@ func (a *Advisor) Ceiling(node int) (usage, demand, interferenceCap int64) {
 // cut, or nil when lending did not shrink.
 func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Change {
 	c := a.controller(node)
+	if c.State == StateBaseline {
+		return nil // lending is at its minimum already, and stays there until EndBaseline
+	}
 	pool := a.pool[node]
 	c.At, c.Worst = now, Indicator{}
 	for _, ind := range indicators {
@@ -353,6 +364,60 @@ func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Ch
 		c.CapMilliCPU = min(c.CapMilliCPU+a.cfg.GrowStepMilliCPU, pool)
 	}
 	return nil
+}
+
+// Baseline holds node's lending at its minimum until EndBaseline, so online work's own
+// indicators can be measured with nothing lent (the baseline its targets are relative to).
+// It returns the shrink, or nil when the node lent its minimum already.
+func (a *Advisor) Baseline(now time.Time, node int, until time.Time) *Change {
+	c := a.controller(node)
+	cur, ok := a.plan.ReclaimedMilliCPU[node]
+	if !ok || c.State == StateBaseline {
+		return nil
+	}
+	c.resumeMilliCPU, c.resumeCap = cur, c.CapMilliCPU
+	m := a.minCPU(node)
+	c.State, c.At, c.HeldUntil, c.CapMilliCPU = StateBaseline, now, until, m
+	if cur <= m {
+		return nil
+	}
+	a.plan.ReclaimedMilliCPU[node] = m
+	return &Change{"shrink", fmt.Sprintf("numa %d: measuring online work's own run-queue wait with nothing lent until %s: reclaimed CPU %dm -> %dm",
+		node, until.Format("15:04:05.000"), cur, m)}
+}
+
+// Vouched is the plan as the node reports it to the scheduler and the arbiter: a node
+// measuring its baseline vouches for what it lent before (within the usage ceiling), since
+// the measurement is a dip of a few seconds, not a change of what it can lend.
+func (a *Advisor) Vouched() Plan {
+	p := a.Plan()
+	for node, c := range a.ctl {
+		if c.State == StateBaseline {
+			p.ReclaimedMilliCPU[node] = max(p.ReclaimedMilliCPU[node], min(c.resumeMilliCPU, a.usageCeiling(node, peakOf(a.cpu[node]))))
+		}
+	}
+	return p
+}
+
+// EndBaseline gives node back what it lent when Baseline began, as far as the usage ceiling
+// allows now (a spike meanwhile keeps it down); with stale metrics it stays at the minimum.
+// It returns the grow, or nil.
+func (a *Advisor) EndBaseline(now time.Time, node int) *Change {
+	c := a.controller(node)
+	if c.State != StateBaseline {
+		return nil
+	}
+	c.State, c.At, c.HeldUntil, c.CapMilliCPU = "hold", now, time.Time{}, c.resumeCap
+	cur := a.plan.ReclaimedMilliCPU[node]
+	next := cur
+	if a.primed {
+		next = max(cur, min(c.resumeMilliCPU, a.cpuTarget(node, peakOf(a.cpu[node]))))
+	}
+	if next == cur {
+		return nil
+	}
+	a.plan.ReclaimedMilliCPU[node] = next
+	return &Change{"grow", fmt.Sprintf("numa %d: baseline measured: reclaimed CPU %dm -> %dm (what it lent before, within the usage ceiling)", node, cur, next)}
 }
 
 // predict adds the safety margins to an observed online demand.

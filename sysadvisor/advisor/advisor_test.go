@@ -263,3 +263,56 @@ func TestNoChangeBelowTheDeadband(t *testing.T) {
 		t.Errorf("approach(1000, 1100) = %d %q", next, kind)
 	}
 }
+
+// A baseline measurement holds lending at the minimum whatever the slow loop, the spike path
+// or the feedback say, then gives back what was lent, unless the usage ceiling fell meanwhile.
+func TestBaselineHoldsTheMinimumThenGivesLendingBack(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 12; i++ {
+		a.Step(sample(t0, i, 1000))
+	}
+	now := t0.Add(12 * time.Second)
+	c := a.Baseline(now, 0, now.Add(2*time.Second))
+	if c == nil || c.Kind != "shrink" || a.Plan().ReclaimedMilliCPU[0] != 100 {
+		t.Fatalf("baseline: change %+v, lends %dm, want the minimum", c, a.Plan().ReclaimedMilliCPU[0])
+	}
+	if v := a.Vouched().ReclaimedMilliCPU[0]; v != 2700 {
+		t.Errorf("during the baseline the node vouches for %dm, want what it lent before (2700m)", v)
+	}
+	if a.Baseline(now, 0, now.Add(time.Second)) != nil {
+		t.Error("a second Baseline while one runs changed something")
+	}
+	// Nothing grows it meanwhile: slow loop, slack on the feedback.
+	for i := 0; i < 3; i++ {
+		a.Step(sample(t0, 12+i, 1000))
+		if a.Interfere(now.Add(time.Duration(i)*time.Second), 0, []Indicator{{Name: "run-queue wait", Value: 0, Target: 1}}) != nil {
+			t.Error("the feedback acted during a baseline")
+		}
+	}
+	if got, st := a.Plan().ReclaimedMilliCPU[0], a.Controllers()[0].State; got != 100 || st != StateBaseline {
+		t.Fatalf("during the baseline: lends %dm (state %s)", got, st)
+	}
+	c = a.EndBaseline(now.Add(2*time.Second), 0)
+	if c == nil || c.Kind != "grow" || a.Plan().ReclaimedMilliCPU[0] != 2700 {
+		t.Fatalf("after the baseline: change %+v, lends %dm, want 2700m back at once", c, a.Plan().ReclaimedMilliCPU[0])
+	}
+	if a.EndBaseline(now.Add(3*time.Second), 0) != nil {
+		t.Error("EndBaseline without a baseline running changed something")
+	}
+
+	// Online work rose during the measurement: only what the usage ceiling allows comes back.
+	a.Baseline(now.Add(4*time.Second), 0, now.Add(6*time.Second))
+	a.Step(sample(t0, 17, 3000))
+	a.EndBaseline(now.Add(6*time.Second), 0)
+	if got, usage := a.Plan().ReclaimedMilliCPU[0], a.cpuTarget(0, a.Peak(0)); got != usage || got >= 2700 {
+		t.Errorf("after a rise of online work: lends %dm, want the usage ceiling %dm", got, usage)
+	}
+
+	// Metrics went stale meanwhile: lending stays at its minimum.
+	a.Baseline(now.Add(7*time.Second), 0, now.Add(9*time.Second))
+	a.Reset("metrics stale")
+	if c := a.EndBaseline(now.Add(9*time.Second), 0); c != nil || a.Plan().ReclaimedMilliCPU[0] != 100 {
+		t.Errorf("stale metrics: change %+v, lends %dm", c, a.Plan().ReclaimedMilliCPU[0])
+	}
+}

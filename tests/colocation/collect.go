@@ -70,7 +70,8 @@ type tidalResult struct {
 	Throttles           int      `json:"throttles"` // during the day
 	AgentCPUPercent     float64  `json:"agentCPUPercent"`
 	AgentPeakRSSBytes   int64    `json:"agentPeakRSSBytes"`
-	// Actions are the agent's lending decisions of the run (T: seconds since DayStart).
+	// Actions are the agent's lending decisions of the run and, with cpu.mechanism auto, its
+	// mechanism switches (T: seconds since DayStart).
 	Actions []dayAction `json:"actions"`
 }
 
@@ -237,7 +238,7 @@ func tidalFrom(w *agentWatch, phases []workload.Phase, dayStart time.Time, agent
 	}
 	for _, a := range w.sortedActions() {
 		switch a.Kind {
-		case "grow", "shrink", "throttle":
+		case "grow", "shrink", "throttle", "mechanism":
 			t.Actions = append(t.Actions, dayAction{T: a.Time.Sub(dayStart).Seconds(), Kind: a.Kind, Reason: a.Reason})
 		}
 		if a.Kind != "throttle" {

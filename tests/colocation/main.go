@@ -1,6 +1,6 @@
 // Command colocation is tidal's colocation benchmark. On this machine, as root, it runs an
 // online HTTP service (nginx from Debian's packages, and tidal's own Go server: -servers) and
-// offline work (a CPU burner and a cache antagonist) side by side under nine scenarios, each
+// offline work (a CPU burner and a cache antagonist) side by side under eleven scenarios, each
 // driven through the same compressed tidal day of load:
 //
 //	online-alone    the online service alone: the latency baseline
@@ -11,7 +11,9 @@
 //	static          offline pinned with cpuset to a fixed half of the CPUs
 //	tidal           the tidal agent with its defaults: online in the shared tier, offline in
 //	                the reclaimed tier, both started with `tidal run`
-//	tidal-quota     tidal with cpu.mechanism quota
+//	tidal-absolute  tidal with absolute run-queue wait targets only (no baselines)
+//	tidal-auto      tidal with cpu.mechanism auto (5 s trials)
+//	tidal-idle      tidal with cpu.mechanism idle
 //	tidal-shares    tidal with cpu.mechanism shares
 //
 // The scenarios run interleaved (each server through A B C ..., then again) for -rounds rounds, so that

@@ -48,8 +48,14 @@ var scenarios = []scenario{
 			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
 		}},
 	{Name: "tidal", Online: true, Offline: true, Tidal: true, About: "tidal agent with its defaults: online shared tier, offline reclaimed tier"},
-	{Name: "tidal-quota", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: quota\n",
-		About: "tidal with cpu.mechanism quota: the reclaimed tier also under a CFS quota of what is lent"},
+	{Name: "tidal-absolute", Online: true, Offline: true, Tidal: true,
+		agentConfig: "interference:\n  shared:\n    runQueueWaitOverBaseline: 0\n",
+		About: "tidal with absolute run-queue wait targets only (no baseline of the online service's own wait)"},
+	{Name: "tidal-auto", Online: true, Offline: true, Tidal: true,
+		agentConfig: "cpu:\n  mechanism: auto\n  autoMechanism:\n    trial: 5s\n    rounds: 2\n",
+		About: "tidal with cpu.mechanism auto, 5 s trials (quota, idle, quota, idle), then the choice for the rest of the day"},
+	{Name: "tidal-idle", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: idle\n",
+		About: "tidal with cpu.mechanism idle: the idle class on the reclaimed pool's CPUs, no CFS quota"},
 	{Name: "tidal-shares", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: shares\n",
 		About: "tidal with cpu.mechanism shares: cpu.shares 2 instead of the idle class"},
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,7 +21,8 @@ import (
 // paths are kept out of the way (no spike path, a slow loop of seconds), so what cuts is the
 // feedback.
 func TestInterferenceCutsLending(t *testing.T) {
-	n := feedbackNode(t, "")
+	// The absolute target alone: a baseline would excuse threads that wait on each other.
+	n := feedbackNode(t, "  shared:\n    runQueueWaitOverBaseline: 0\n")
 	n.start()
 	lentBefore := lendingGrows(n)
 
@@ -63,7 +65,7 @@ func TestInterferenceCutsLending(t *testing.T) {
 // cut lending, with the probe's figures in the action and in status. A malformed target is
 // refused when the workload is started.
 func TestSLOProbeCutsLending(t *testing.T) {
-	n := feedbackNode(t, "  shared:\n    runQueueWait: 0\n")
+	n := feedbackNode(t, "  shared:\n    runQueueWait: 0\n    runQueueWaitOverBaseline: 0\n")
 	n.start()
 	cmd, out := n.run("--tier", "shared", "--name", "bad", "--slo-probe", "http://127.0.0.1:1/", "--slo-latency", "soon", "--", "true")
 	if err := cmd.Wait(); err == nil || !strings.Contains(out.String(), "tidalqos.io/slo-latency") {
@@ -85,6 +87,58 @@ func TestSLOProbeCutsLending(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("status shows no probe latency for web: %+v", n.status().Pools[0].Control.Indicators)
+	}
+}
+
+// An online workload whose own threads wait on each other (three spinners on one CPU wait
+// about two units per unit of CPU run, far over the absolute target) is not mistaken for one
+// hurt by reclaimed work: the agent measures its wait with nothing lent, holding lending at
+// the minimum for the measurement, then judges it against a multiple of that baseline and
+// lends what the usage ceiling allows, without cutting.
+func TestBaselineExcusesAWorkloadsOwnWait(t *testing.T) {
+	n := feedbackNode(t, "")
+	n.start()
+	lendingGrows(n)
+	// Processes, not one Go program's threads: under taskset its runtime would run one at a time.
+	n.run("--tier", "shared", "--name", "web", "--", "taskset", "-c", "0", "sh", "-c", "for i in 1 2 3; do (while :; do :; done) & done; wait")
+	n.waitWorkload("web")
+	measure := waitThrottle(n, 10*time.Second, "measuring online work's own run-queue wait")
+	if !strings.Contains(measure.Reason, "-> 100m") {
+		t.Errorf("the measurement does not hold lending at its minimum: %s", measure.Reason)
+	}
+	// The dip is a measurement, not a change of what the node can lend: it vouches as before.
+	if s := n.status(); s.Pools[0].Control.State == "baseline" && s.Lendable.MilliCPU <= 100 {
+		t.Errorf("during the measurement the node vouches for %dm", s.Lendable.MilliCPU)
+	}
+	var web reporter.Indicator
+	n.eventually(10*time.Second, "web's baseline", func() error {
+		for _, i := range n.status().Pools[0].Control.Indicators {
+			if i.Workload == "web" && i.Name == "run-queue wait" && i.Baseline > 0 {
+				web = i
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	t.Logf("web: %+v", web)
+	if web.Baseline < 1 || web.Target < 1.5*web.Baseline-1e-9 {
+		t.Errorf("web's baseline %.3f and target %.3f: want a baseline over 1 (three threads on one CPU) and the target 1.5x it", web.Baseline, web.Target)
+	}
+	// Lending comes back, bounded by the usage ceiling (web uses one of the CPUs), and holds.
+	n.eventually(15*time.Second, "lending back past its minimum", func() error {
+		if s := n.status(); s.Lendable.MilliCPU < 400 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	for _, a := range n.status().Actions {
+		if a.Kind == "throttle" && strings.Contains(a.Reason, "run-queue wait of web") {
+			t.Errorf("web's own wait cut lending: %s", a.Reason)
+		}
+	}
+	if s := n.status(); s.Lendable.MilliCPU < 400 {
+		t.Errorf("lendable %dm after the baseline", s.Lendable.MilliCPU)
 	}
 }
 
@@ -124,4 +178,48 @@ func lendingGrows(n *node) int64 {
 		return nil
 	})
 	return n.status().Lendable.MilliCPU
+}
+
+// cpu.mechanism auto tries each candidate on the node in turn, switching the reclaimed tier's
+// files live (a CFS quota under quota, none under idle), and keeps the one under which the
+// feedback lent the largest share of the usage ceiling: with no online work both lend all of
+// it, so the tie goes to the first. Status and the actions say what it tried and why it chose.
+func TestAutoMechanismTriesEachAndChooses(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  mechanism: auto\n  autoMechanism:\n    candidates: quota,idle\n    trial: 3s\n    rounds: 1\n")
+	n.start()
+	lendingGrows(n)
+	quota := func() string { return n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us") }
+	n.eventually(15*time.Second, "the idle trial: no quota on the reclaimed tier", func() error {
+		s := n.status()
+		if c := s.Pools[0].Control; c.Mechanism != "idle" || quota() != "-1" {
+			return fmt.Errorf("mechanism %s (%s), quota %s", c.Mechanism, c.MechanismChoice, quota())
+		}
+		return nil
+	})
+	var c reporter.Control
+	n.eventually(15*time.Second, "a choice", func() error {
+		if c = n.status().Pools[0].Control; !strings.HasPrefix(c.MechanismChoice, "auto: chose") {
+			return fmt.Errorf("mechanism %s: %s", c.Mechanism, c.MechanismChoice)
+		}
+		return nil
+	})
+	t.Logf("choice: %s", c.MechanismChoice)
+	if scores := regexp.MustCompile(`quota [01]\.\d\d, idle [01]\.\d\d`); c.Mechanism != "quota" || !scores.MatchString(c.MechanismChoice) {
+		t.Errorf("with no online work the first candidate should win the tie, with both scores shown: %s %s", c.Mechanism, c.MechanismChoice)
+	}
+	n.eventually(5*time.Second, "the quota back on the reclaimed tier", func() error {
+		if q := quota(); q == "-1" {
+			return fmt.Errorf("quota %s", q)
+		}
+		return nil
+	})
+	var switches []string
+	for _, a := range n.status().Actions {
+		if a.Kind == "mechanism" {
+			switches = append(switches, a.Reason)
+		}
+	}
+	if len(switches) != 2 || !strings.Contains(switches[0], "quota -> idle") || !strings.Contains(switches[1], "idle -> quota") {
+		t.Errorf("mechanism actions: %q", switches)
+	}
 }

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/agent"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
 
 // BenchmarkSpikeToShrink measures the fast path on real cgroups: from the moment an online
-// process starts spinning in the shared tier to the moment the agent has narrowed the
-// reclaimed pool's cpuset (the default mechanism's limit). Each iteration waits for lending to grow back first. The
+// process starts spinning in the shared tier to the moment the agent has lowered the reclaimed
+// tier's CFS quota (the default mechanism's limit, which holds every reclaimed workload below
+// it at once). Each iteration waits for lending to grow back first. The
 // "200-workloads" case measures it while the slow loop manages 200 idle workloads (half
 // shared, half reclaimed), so a fast path that waits on the slow loop's work shows.
 //
@@ -40,8 +42,12 @@ func benchSpikeToShrink(b *testing.B, background int) {
 			b.Fatal(err)
 		}
 	}
-	// The default mechanism narrows the reclaimed pool's cpuset: the write to wait for.
-	limitFile := filepath.Join(n.layout.Dir("cpuset", n.root+"/reclaimed"), "cpuset.cpus")
+	// The default mechanism lowers the reclaimed tier's quota: the write to wait for.
+	quotaFile := "cpu.cfs_quota_us"
+	if n.layout.Version == cgroupfs.V2 {
+		quotaFile = "cpu.max"
+	}
+	limitFile := filepath.Join(n.layout.Dir("cpu", n.root+"/reclaimed"), quotaFile)
 	var lat []time.Duration
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -72,7 +78,7 @@ func benchSpikeToShrink(b *testing.B, background int) {
 		_, _ = io.WriteString(gate, "go\n")
 		for readTrim(b, limitFile) == before {
 			if time.Since(start) > 5*time.Second {
-				b.Fatalf("no shrink within 5s (reclaimed pool still %s)", before)
+				b.Fatalf("no shrink within 5s (reclaimed quota still %s)", before)
 			}
 			time.Sleep(200 * time.Microsecond)
 		}
