@@ -36,6 +36,7 @@ import (
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	sysgpu "github.com/tidalqos/tidal/sysadvisor/gpu"
 	"github.com/tidalqos/tidal/sysadvisor/interference"
+	"github.com/tidalqos/tidal/sysadvisor/ioadvisor"
 	"github.com/tidalqos/tidal/sysadvisor/mechanism"
 	"github.com/tidalqos/tidal/sysadvisor/topology"
 )
@@ -56,6 +57,7 @@ type Agent struct {
 	metrics *reporter.Metrics
 	idle    bool
 	procDir string
+	sysDir  string
 	// stateLock is held while the agent runs (see lockStateDir).
 	stateLock *os.File
 	store     *state.Store
@@ -93,6 +95,14 @@ type Agent struct {
 	memoryPolicy memory.Resource
 	memFigures   memoryFigures
 	memStall     memoryStall
+
+	// Disk IO isolation: the disks and the advisor (set up once, then the IO loop's), whether
+	// a low IO weight means anything on them, and (under mu) what is lent and its view.
+	ioDisks   []ioDisk
+	ioAdvisor *ioadvisor.Advisor
+	ioWeight  bool
+	ioLent    []plugins.IOLimit
+	ioView    reporter.IO
 
 	// planGeneration grows whenever the fast path shrinks the plan, so a full pass that
 	// started before knows to write the reclaimed limits again.
@@ -209,6 +219,7 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		policy:    policy.Default().With(cpuResource(cfg)),
 		idle:      writer.SupportsIdle(),
 		procDir:   procDir,
+		sysDir:    h.sys,
 		store:     state.NewStore(state.NewAllocator(topo, cfg.CPU.ReservedSystemCPUs, tracker), cfg.StateDir),
 		gpuSource: sysgpu.Open(log),
 		advisor:   advisor.New(advisorConfig(cfg)),
@@ -230,6 +241,9 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 	}
 	a.memoryPolicy = memoryResource(cfg.Memory)
 	a.policy = a.policy.With(a.memoryPolicy)
+	if err := a.setupIO(); err != nil {
+		return nil, err
+	}
 	if a.lease, err = newLeasing(cfg); err != nil {
 		return nil, err
 	}
@@ -333,6 +347,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.slowLoop(ctx) })
 	wg.Go(func() { a.fastLoop(ctx) })
 	wg.Go(func() { a.interferenceLoop(ctx) })
+	wg.Go(func() { a.ioLoop(ctx) })
 	wg.Go(func() {
 		a.store.RunCheckpoints(ctx, func(err error) { a.log.Error("cannot write checkpoint", "dir", a.cfg.StateDir, "err", err) })
 	})

@@ -159,6 +159,10 @@ func (a *Agent) Status() reporter.Status {
 	s.Lease = a.leaseStatusLocked(s.Time)
 	mem := a.memoryViewLocked(plan.ReclaimedMemory)
 	s.Memory = &mem
+	if a.ioAdvisor != nil {
+		io := a.ioView
+		s.IO = &io
+	}
 	for _, np := range a.pools {
 		s.Pools = append(s.Pools, reporter.Pool{
 			NUMANode: np.Node, System: np.System.String(), Dedicated: np.Dedicated.String(),

@@ -300,7 +300,8 @@ func (a *Agent) gpus() *pgpu.Tracker { return a.store.Allocator().GPUs() }
 // nodeLocked is what the decision function needs to know of the node under plan.
 func (a *Agent) nodeLocked(plan advisor.Plan) plugins.Node {
 	return plugins.Node{CPUs: a.topo.AllCPUs(), Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
-		ReclaimedCPU: a.mechanism(), GPUMinors: a.gpus().Minors()}
+		ReclaimedCPU: a.mechanism(), GPUMinors: a.gpus().Minors(), LentIO: a.ioLent, IOWeightWorks: a.ioWeight,
+		IOFlat: a.layout.Version == cgroupfs.V1, ReclaimedWorkloads: a.reclaimedWorkloads()}
 }
 
 // minWrittenMemory is the least memory limit the reclaimed tier gets: 0 would mean "leave

@@ -32,6 +32,7 @@ func (a *Agent) publish(snap state.Snapshot) {
 	}
 	a.metrics.SetLendable(a.lendableLocked(now))
 	a.metrics.SetMemory(a.memoryViewLocked(plan.ReclaimedMemory))
+	a.metrics.SetIO(a.ioView)
 	a.metrics.SetGPUs(gpus)
 	byTier := map[string]int{}
 	for _, t := range qos.AllTiers() {
@@ -131,6 +132,19 @@ type numaView struct {
 type topologyView struct {
 	NUMA []numaView `json:"numa"`
 	GPUs []gpuView  `json:"gpus,omitempty"`
+	// IO is the disk IO lent to reclaimed work, per disk, where IO isolation lends it.
+	IO []ioView `json:"io,omitempty"`
+}
+
+// ioView is one disk in the annotation: what it lends (bytes and IOs per second) and why.
+type ioView struct {
+	Device    string `json:"device"`
+	Name      string `json:"name"`
+	ReadBps   uint64 `json:"readBps"`
+	WriteBps  uint64 `json:"writeBps"`
+	ReadIOPS  uint64 `json:"readIOPS"`
+	WriteIOPS uint64 `json:"writeIOPS"`
+	Rule      string `json:"rule"`
 }
 
 type gpuView struct {
@@ -152,6 +166,12 @@ func (a *Agent) topologyViewLocked(now time.Time, snap state.Snapshot, gpus []re
 	}
 	for _, g := range gpus {
 		v.GPUs = append(v.GPUs, gpuView{UUID: g.UUID, NUMA: g.NUMANode, Lendable: g.Lendable})
+	}
+	if a.ioAdvisor != nil {
+		for _, d := range a.ioView.Disks {
+			v.IO = append(v.IO, ioView{Device: d.Device, Name: d.Name, ReadBps: d.Lent.ReadBps, WriteBps: d.Lent.WriteBps,
+				ReadIOPS: d.Lent.ReadIOPS, WriteIOPS: d.Lent.WriteIOPS, Rule: d.Rule})
+		}
 	}
 	return v
 }

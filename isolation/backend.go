@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/tidalqos/tidal/isolation/translate"
+	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
 
@@ -100,6 +101,8 @@ func newV1Backend(layout *cgroupfs.Layout) *v1Backend {
 			b.subs = append(b.subs, c)
 		case "devices":
 			b.subs = append(b.subs, cgroup1.NewDevices(root))
+		case "blkio":
+			b.subs = append(b.subs, cgroup1.NewBlkio(root))
 		}
 	}
 	return b
@@ -203,11 +206,133 @@ func (b *v1Backend) read(path string, k knob) (string, error) {
 			}
 		}
 		return "", err
+	case knobIOMax:
+		return b.readThrottles(path)
+	case knobIOWeight:
+		v, err := file("blkio", "blkio.bfq.weight")
+		return ioWeightValue(v), err
 	}
 	return "", fmt.Errorf("unknown knob %d", k)
 }
 
-func (b *v1Backend) supports(k knob) bool { return k != knobMemoryLow && k != knobMemoryMin }
+func (b *v1Backend) supports(k knob) bool {
+	switch k {
+	case knobMemoryLow, knobMemoryMin:
+		return false
+	case knobIOMax, knobIOWeight:
+		return b.layout.Has("blkio")
+	}
+	return true
+}
+
+// v1ThrottleFiles are the blkio throttle files, in the order of an io.max line's fields.
+var v1ThrottleFiles = [4]string{"blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+	"blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"}
+
+func ioFields(l *plugins.IOLimit) [4]*uint64 {
+	return [4]*uint64{&l.ReadBps, &l.WriteBps, &l.ReadIOPS, &l.WriteIOPS}
+}
+
+// readThrottles gathers the four v1 throttle files ("MAJ:MIN value" lines) into canonical
+// io.max text.
+func (b *v1Backend) readThrottles(path string) (string, error) {
+	byDev := map[string]*plugins.IOLimit{}
+	var order []string
+	for i, name := range v1ThrottleFiles {
+		data, err := os.ReadFile(filepath.Join(b.layout.Dir("blkio", path), name))
+		if err != nil {
+			return "", err
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				continue
+			}
+			n, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				continue
+			}
+			l := byDev[f[0]]
+			if l == nil {
+				l = &plugins.IOLimit{Device: f[0]}
+				byDev[f[0]] = l
+				order = append(order, f[0])
+			}
+			*ioFields(l)[i] = n
+		}
+	}
+	limits := make([]plugins.IOLimit, 0, len(order))
+	for _, d := range order {
+		limits = append(limits, *byDev[d])
+	}
+	return translate.IOMax(limits), nil
+}
+
+// writeThrottles makes the v1 throttle files say value (canonical io.max text): each wanted
+// device's four rates, and 0 (no limit) for every device throttled now but not wanted.
+func (b *v1Backend) writeThrottles(path, value string) error {
+	want, err := translate.ParseIOMax(value)
+	if err != nil {
+		return err
+	}
+	cur, err := b.readThrottles(path)
+	if err != nil {
+		return err
+	}
+	have, _ := translate.ParseIOMax(cur)
+	wanted := map[string]bool{}
+	for _, l := range want {
+		wanted[l.Device] = true
+	}
+	for _, l := range have {
+		if !wanted[l.Device] {
+			want = append(want, plugins.IOLimit{Device: l.Device})
+		}
+	}
+	var errs []error
+	for _, l := range want {
+		if deviceGone(l.Device) {
+			continue
+		}
+		for i, name := range v1ThrottleFiles {
+			// 0 removes the device's rule.
+			line := l.Device + " " + strconv.FormatUint(*ioFields(&l)[i], 10)
+			errs = append(errs, writeFile(filepath.Join(b.layout.Dir("blkio", path), name), line))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sysDevBlock lists the block devices the kernel has, by MAJ:MIN.
+var sysDevBlock = "/sys/dev/block"
+
+// deviceGone says a block device no longer exists (a disk removed, a loop device detached):
+// its throttle rules went with it, and writing one would fail with ENODEV, failing the whole
+// pass. Not knowing (no /sys) counts as present.
+func deviceGone(dev string) bool {
+	_, err := os.Stat(filepath.Join(sysDevBlock, dev))
+	return errors.Is(err, os.ErrNotExist) && dirExists(sysDevBlock)
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// ioWeightValue is the cgroup-wide weight of a weight file: "100", or "default 100" and
+// per-device lines.
+func ioWeightValue(v string) string {
+	for _, line := range strings.Split(v, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 1:
+			return f[0]
+		case len(f) == 2 && f[0] == "default":
+			return f[1]
+		}
+	}
+	return v
+}
 
 func (b *v1Backend) write(path string, k knob, value string) error {
 	switch k {
@@ -244,6 +369,10 @@ func (b *v1Backend) write(path string, k knob, value string) error {
 		return writeFile(filepath.Join(b.layout.Dir("memory", path), "memory.soft_limit_in_bytes"), value)
 	case knobMemoryOOMWait:
 		return writeFile(filepath.Join(b.layout.Dir("memory", path), "memory.oom_control"), value)
+	case knobIOMax:
+		return b.writeThrottles(path, value)
+	case knobIOWeight:
+		return writeFile(filepath.Join(b.layout.Dir("blkio", path), "blkio.bfq.weight"), value)
 	}
 	return fmt.Errorf("unknown knob %d", k)
 }
@@ -287,7 +416,7 @@ func (b *v2Backend) create(path string) error {
 	}
 	var want []string
 	for _, c := range strings.Fields(string(data)) {
-		if c == "cpu" || c == "cpuset" || c == "memory" {
+		if c == "cpu" || c == "cpuset" || c == "memory" || c == "io" {
 			want = append(want, "+"+c)
 		}
 	}
@@ -329,8 +458,12 @@ func (b *v2Backend) fileValue(k knob, value string) string {
 }
 
 func (b *v2Backend) read(path string, k knob) (string, error) {
-	if k == knobDevices {
+	switch k {
+	case knobDevices:
 		return "", nil // see write
+	case knobIOWeight:
+		v, _, err := b.readIOWeight(path)
+		return v, err
 	}
 	name := v2File(k)
 	data, err := os.ReadFile(filepath.Join(b.layout.Unified, path, name))
@@ -353,8 +486,58 @@ func (b *v2Backend) read(path string, k knob) (string, error) {
 		if v == "max" {
 			v = "-1"
 		}
+	case knobIOMax:
+		limits, perr := translate.ParseIOMax(v)
+		if perr != nil && err == nil {
+			err = perr
+		}
+		v = translate.IOMax(limits)
 	}
 	return v, err
+}
+
+// readIOWeight reads the cgroup-wide weight from io.weight (io.cost) or, without it,
+// io.bfq.weight, and says which file it was.
+func (b *v2Backend) readIOWeight(path string) (value, file string, err error) {
+	for _, name := range []string{"io.weight", "io.bfq.weight"} {
+		data, rerr := os.ReadFile(filepath.Join(b.layout.Unified, path, name))
+		if rerr == nil {
+			return ioWeightValue(strings.TrimSpace(string(data))), name, nil
+		}
+		err = rerr
+	}
+	return "", "", err
+}
+
+// writeIOMax writes one io.max line per device (the file takes one per write): each wanted
+// device's rates, and "max" for every device throttled now but not wanted.
+func (b *v2Backend) writeIOMax(path, value string) error {
+	want, err := translate.ParseIOMax(value)
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(b.layout.Unified, path, "io.max")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	have, _ := translate.ParseIOMax(string(data))
+	wanted := map[string]bool{}
+	for _, l := range want {
+		wanted[l.Device] = true
+	}
+	for _, l := range have {
+		if !wanted[l.Device] {
+			want = append(want, plugins.IOLimit{Device: l.Device})
+		}
+	}
+	var errs []error
+	for _, l := range want {
+		if !deviceGone(l.Device) {
+			errs = append(errs, writeFile(file, translate.IOMaxLine(l)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (b *v2Backend) supports(k knob) bool { return k != knobMemoryOOMWait }
@@ -367,6 +550,14 @@ func (b *v2Backend) write(path string, k knob, value string) error {
 		return nil
 	case k == knobIdle, k == knobBurst:
 		return writeFile(filepath.Join(b.layout.Unified, path, v2File(k)), value)
+	case k == knobIOMax:
+		return b.writeIOMax(path, value)
+	case k == knobIOWeight:
+		_, name, err := b.readIOWeight(path)
+		if err != nil {
+			return err
+		}
+		return writeFile(filepath.Join(b.layout.Unified, path, name), "default "+value)
 	case k == knobMemoryLimit && value == "-1":
 		return writeFile(filepath.Join(b.layout.Unified, path, "memory.max"), "max")
 	case k == knobMemoryHigh || k == knobMemoryLow || k == knobMemoryMin:
@@ -403,7 +594,7 @@ func (b *v2Backend) write(path string, k knob, value string) error {
 // v2File is the unified-hierarchy file behind a knob.
 func v2File(k knob) string {
 	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.weight", "cpu.max", "memory.max", "", "cpu.max.burst",
-		"memory.high", "memory.low", "memory.min", ""}[k]
+		"memory.high", "memory.low", "memory.min", "", "io.max", "io.weight"}[k]
 }
 
 func writeFile(path, value string) error {

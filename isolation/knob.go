@@ -30,13 +30,17 @@ const (
 	knobMemoryLow
 	knobMemoryMin
 	knobMemoryOOMWait
+	// Disk IO: the throttles of every device (canonical io.max text, translate.IOMax) and
+	// the proportional weight, which exists only where a scheduler offers it.
+	knobIOMax
+	knobIOWeight
 	numKnobs
 )
 
 // String names the knob as metrics and logs show it.
 func (k knob) String() string {
 	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices", "cpu.burst",
-		"memory.high", "memory.low", "memory.min", "memory.oom-wait"}[k]
+		"memory.high", "memory.low", "memory.min", "memory.oom-wait", "io.max", "io.weight"}[k]
 }
 
 // v1 reports "no memory limit" as a page-rounded LONG_MAX; anything this large is unlimited.
@@ -88,6 +92,12 @@ func wanted(s plugins.Settings) map[knob]string {
 	case plugins.Off:
 		w[knobMemoryOOMWait] = "0"
 	}
+	if c.IOMaxSet {
+		w[knobIOMax] = c.IOMax
+	}
+	if c.IOWeight != 0 {
+		w[knobIOWeight] = strconv.FormatUint(c.IOWeight, 10)
+	}
 	return w
 }
 
@@ -103,8 +113,9 @@ func burstOfQuota(quota string, pct int32) (string, bool) {
 }
 
 // optional knobs are files a stock kernel may lack (cpu.cfs_burst_us and cpu.max.burst came
-// in Linux 5.14): without the file the knob is skipped, not an error.
-func (k knob) optional() bool { return k == knobBurst }
+// in Linux 5.14; an IO weight file exists only with bfq, or io.cost on v2): without the file
+// the knob is skipped, not an error.
+func (k knob) optional() bool { return k == knobBurst || k == knobIOWeight }
 
 // quotaMicros parses a canonical quota; unlimited is the largest value.
 func quotaMicros(v string) int64 {

@@ -28,6 +28,17 @@ type Node struct {
 	ReclaimedCPU CPUMechanism
 	// GPUMinors are the /dev/nvidiaN minors of the node's GPUs.
 	GPUMinors []int
+	// LentIO is the disk IO lent to reclaimed work, one entry per disk tidal manages; nil
+	// when IO isolation is off.
+	LentIO []IOLimit
+	// IOWeightWorks: a managed disk's scheduler honours cgroup IO weights (bfq, or io.cost on
+	// v2), so a low weight for reclaimed work means something.
+	IOWeightWorks bool
+	// IOFlat: a cgroup's IO throttle holds only its own IO, not its children's (cgroup v1's
+	// blkio throttling is flat), so each reclaimed workload needs a throttle of its own.
+	IOFlat bool
+	// ReclaimedWorkloads is how many reclaimed workloads share what is lent.
+	ReclaimedWorkloads int
 }
 
 // CPUMechanism is how the reclaimed tier is held to the CPU it is lent. Every mechanism

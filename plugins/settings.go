@@ -62,6 +62,31 @@ type Settings struct {
 	// whose quota is someone else's (a pod's and its containers', set by the kubelet): the
 	// writer sizes it on the quota it reads. 0 leaves it to CPUBurst.
 	CPUBurstPercent int32
+
+	// Disk IO (issue 12; see plugins/io).
+	// IOLimits are per-device throttles (v1 blkio.throttle.*_device, v2 io.max), one entry per
+	// device; a zero rate is no limit on that direction. nil leaves the files alone; an entry
+	// whose rates are all zero clears the device's throttle.
+	IOLimits []IOLimit
+	// IOWeight is the cgroup's proportional IO weight in v1 units (10..1000; on v2 the
+	// equivalent io.weight). It only counts where the device's scheduler honours weights (bfq,
+	// or io.cost on v2); 0 leaves it alone.
+	IOWeight uint16
+}
+
+// IOLimit is a throttle of one block device. Zero rates are unlimited.
+type IOLimit struct {
+	// Device is "MAJ:MIN", as the kernel's files name it.
+	Device    string
+	ReadBps   uint64
+	WriteBps  uint64
+	ReadIOPS  uint64
+	WriteIOPS uint64
+}
+
+// Unlimited says no direction of the device is throttled.
+func (l IOLimit) Unlimited() bool {
+	return l.ReadBps == 0 && l.WriteBps == 0 && l.ReadIOPS == 0 && l.WriteIOPS == 0
 }
 
 // BurstOff is the CPUBurst that clears a cgroup's burst.

@@ -39,6 +39,7 @@ type Metrics struct {
 	cpuStarved prometheus.Gauge
 
 	memory *memoryMetrics
+	io     *ioMetrics
 }
 
 // WriteCounts are the cgroup write path's counters by knob: writes, failed writes, and
@@ -116,6 +117,7 @@ func NewMetrics(writes WriteCounter) *Metrics {
 	})
 	m.registry.MustRegister(m.cpuBurst, m.cpuStarved)
 	m.memory = newMemoryMetrics(m.registry)
+	m.io = newIOMetrics(m.registry)
 	m.registry.MustRegister(m.usageCeiling, m.interferenceCap, m.indicatorLoad, m.mechanism, m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
 		m.evictions, m.loopDuration, m.metricsFresh, m.hookCalls, m.hookDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -39,6 +39,9 @@ type Status struct {
 	Lease *Lease `json:"lease,omitempty"`
 	// Memory is the memory dimension: lent, throttle point, online demand and page cache.
 	Memory *Memory `json:"memory,omitempty"`
+	// IO is the disk IO dimension: what each disk lends and why (nil when IO isolation is
+	// off).
+	IO *IO `json:"io,omitempty"`
 }
 
 // Lease is the node's lease from the arbiter.
@@ -187,6 +190,7 @@ func WriteText(w io.Writer, s Status) error {
 	}
 	fmt.Fprintf(tw, "lendable: %dm CPU, %s memory, %d GPUs\n", s.Lendable.MilliCPU, human(s.Lendable.MemoryBytes), s.Lendable.GPUs)
 	writeMemoryText(tw, s.Memory)
+	writeIOText(tw, s.IO)
 	if l := s.Lease; l != nil {
 		state := "active until " + l.Expires.Format(time.RFC3339)
 		if !l.Active {

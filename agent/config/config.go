@@ -69,6 +69,7 @@ type Config struct {
 	CPU          CPU          `yaml:"cpu"`
 	Interference Interference `yaml:"interference"`
 	Memory       Memory       `yaml:"memory"`
+	IO           IO           `yaml:"io"`
 	Loops        Loops        `yaml:"loops"`
 	Eviction     Eviction     `yaml:"eviction"`
 	Status       Status       `yaml:"status"`
@@ -364,6 +365,7 @@ func Default() Config {
 			Shared:    Targets{RunQueueWait: 0.25, RunQueueWaitOverBaseline: 1.5},
 			Dedicated: Targets{RunQueueWait: 0.10, RunQueueWaitOverBaseline: 1.25},
 		},
+		IO: defaultIO(),
 		Memory: Memory{
 			ReservedSystemBytes:      1 * yamlconf.Gi,
 			MinReclaimedBytes:        256 * yamlconf.Mi,

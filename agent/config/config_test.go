@@ -97,6 +97,22 @@ memory:
   oomWait: false
   stalledEvictAfter: 30s
   onlinePageCache: false
+io:
+  enabled: true
+  nodeDisks: false
+  devices:
+    - device: "7:3"
+      writeBps: 100Mi
+      writeIOPS: 800
+  floorBps: 4Mi
+  floorIOPS: 32
+  marginRatio: 0.5
+  growStepRatio: 0.2
+  peakWindow: 1m
+  pressureThreshold: 15
+  latencyThreshold: 20ms
+  holdAfterCut: 5s
+  interval: 250ms
 loops:
   slowInterval: 2s
   fastInterval: 5ms
@@ -167,6 +183,9 @@ func fullExampleConfig() Config {
 			ThrottleMarginBytes:      512 * yamlconf.Mi,
 			StalledEvictAfter:        30 * time.Second,
 		},
+		IO: IO{Enabled: true, Devices: []IODevice{{Device: "7:3", WriteBps: 100 * yamlconf.Mi, WriteIOPS: 800}},
+			FloorBps: 4 * yamlconf.Mi, FloorIOPS: 32, MarginRatio: 0.5, GrowStepRatio: 0.2, PeakWindow: time.Minute,
+			PressureThreshold: 15, LatencyThreshold: 20 * time.Millisecond, HoldAfterCut: 5 * time.Second, Interval: 250 * time.Millisecond},
 		Loops: Loops{
 			SlowInterval:      2 * time.Second,
 			FastInterval:      5 * time.Millisecond,
@@ -335,7 +354,7 @@ func TestLoadNamesFile(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, interference, memory, loops, eviction, status, arbiter, kubernetes, hooks"
+	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, interference, memory, io, loops, eviction, status, arbiter, kubernetes, hooks"
 	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism, autoMechanism, burstPercent"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {

@@ -76,6 +76,10 @@ func (d *decoder) mapping(n *yaml.Node, prefix string, entries []*entry, c *Conf
 			d.mapping(v, p, e.children, c)
 			continue
 		}
+		if e.kind == kindIODevices {
+			d.ioDevices(v, line, p, c)
+			continue
+		}
 		d.leaf(v, line, p, e, c)
 	}
 }

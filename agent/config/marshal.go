@@ -21,9 +21,12 @@ func mappingNode(c *Config, entries []*entry) *yaml.Node {
 	for _, e := range entries {
 		key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: e.key}
 		var v *yaml.Node
-		if e.kind == kindSection {
+		switch e.kind {
+		case kindSection:
 			v = mappingNode(c, e.children)
-		} else {
+		case kindIODevices:
+			v = ioDevicesNode(c)
+		default:
 			v = scalarNode(e, c)
 		}
 		m.Content = append(m.Content, key, v)

@@ -21,14 +21,15 @@ import (
 type kind int
 
 const (
-	kindSection  kind = iota // a mapping of more keys
-	kindString               // any scalar, taken as text
-	kindInt                  // an integer (int or int64 field)
-	kindFloat                // an integer or a decimal number
-	kindBool                 // true or false
-	kindDuration             // a Go duration string
-	kindSize                 // bytes: an integer or a string with a suffix (ParseSize)
-	kindCPUSet               // a Linux cpulist
+	kindSection   kind = iota // a mapping of more keys
+	kindString                // any scalar, taken as text
+	kindInt                   // an integer (int or int64 field)
+	kindFloat                 // an integer or a decimal number
+	kindBool                  // true or false
+	kindDuration              // a Go duration string
+	kindSize                  // bytes: an integer or a string with a suffix (ParseSize)
+	kindCPUSet                // a Linux cpulist
+	kindIODevices             // io.devices: a list of mappings (see ioDevices)
 )
 
 // entry describes one key of the file: its name, how its value is written,
@@ -268,6 +269,31 @@ var schema = []*entry{
 			`a duration >= 1s, such as "10s"`, atLeast(time.Second)),
 		leaf("onlinePageCache", kindBool, func(c *Config) *bool { return &c.Memory.OnlinePageCache }, "true or false", nil),
 	),
+	section("io",
+		leaf("enabled", kindBool, func(c *Config) *bool { return &c.IO.Enabled }, "true or false", nil),
+		leaf("nodeDisks", kindBool, func(c *Config) *bool { return &c.IO.NodeDisks }, "true or false", nil),
+		&entry{key: "devices", kind: kindIODevices, ptr: func(c *Config) any { return &c.IO.Devices }},
+		leaf("floorBps", kindSize, func(c *Config) *int64 { return &c.IO.FloorBps },
+			sizeWant("> 0 (bytes per second)", "8Mi"), above[int64](0)),
+		leaf("floorIOPS", kindInt, func(c *Config) *int64 { return &c.IO.FloorIOPS },
+			"an integer > 0 (IOs per second)", above[int64](0)),
+		leaf("marginRatio", kindFloat, func(c *Config) *float64 { return &c.IO.MarginRatio },
+			"a number in [0, 10]", inRange(0, 10, false)),
+		leaf("growStepRatio", kindFloat, func(c *Config) *float64 { return &c.IO.GrowStepRatio },
+			"a number in (0, 1]", inRange(0, 1, true)),
+		leaf("peakWindow", kindDuration, func(c *Config) *time.Duration { return &c.IO.PeakWindow },
+			`a duration >= 1s, such as "30s"`, atLeast(time.Second)),
+		leaf("pressureThreshold", kindFloat, func(c *Config) *float64 { return &c.IO.PressureThreshold },
+			"a number in [0, 100] (percent; 0 turns it off)", inRange(0, 100, false)),
+		leaf("latencyThreshold", kindDuration, func(c *Config) *time.Duration { return &c.IO.LatencyThreshold },
+			`a duration >= 0 (0 turns it off), such as "50ms"`, atLeast[time.Duration](0)),
+		leaf("holdAfterCut", kindDuration, func(c *Config) *time.Duration { return &c.IO.HoldAfterCut },
+			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
+		leaf("interval", kindDuration, func(c *Config) *time.Duration { return &c.IO.Interval },
+			`a duration in [10ms, 10s], such as "500ms"`, func(d time.Duration) bool {
+				return d >= 10*time.Millisecond && d <= 10*time.Second
+			}),
+	),
 	section("loops",
 		leaf("slowInterval", kindDuration, func(c *Config) *time.Duration { return &c.Loops.SlowInterval },
 			`a duration in [100ms, 1m], such as "1s"`, func(d time.Duration) bool {
@@ -496,7 +522,7 @@ func suggest(unknown string, entries []*entry) string {
 	}
 	best, bestDist := "", 3
 	for _, e := range entries {
-		if d := yamlconf.EditDistance(lu, strings.ToLower(e.key)); d < bestDist {
+		if d := yamlconf.EditDistance(lu, strings.ToLower(e.key)); d < bestDist && d < len(e.key) {
 			best, bestDist = e.key, d
 		}
 	}

@@ -50,6 +50,12 @@ type Cgroup struct {
 	// Memory QoS, bytes or -1 (v2 "max", v1 unlimited); see plugins.Settings.
 	MemoryHigh, MemoryLow, MemoryMin int64
 	OOMWait                          plugins.Toggle
+
+	// IO (see IOMax): IOMax is written when IOMaxSet ("" clears every throttle); IOWeight 0
+	// leaves the weight alone. CRI and NRI carry no IO throttle: only the agent writes them.
+	IOMax    string
+	IOMaxSet bool
+	IOWeight uint64
 }
 
 // ToCgroup is what the writer puts in a cgroup for s.
@@ -68,6 +74,10 @@ func ToCgroup(s plugins.Settings) Cgroup {
 	c.Memory = memoryBytes(s.MemoryLimit)
 	c.MemoryHigh, c.MemoryLow, c.MemoryMin = memoryBytes(s.MemoryHigh), memoryBytes(s.MemoryLow), memoryBytes(s.MemoryMin)
 	c.OOMWait = s.MemoryOOMWait
+	if s.IOLimits != nil {
+		c.IOMax, c.IOMaxSet = IOMax(s.IOLimits), true
+	}
+	c.IOWeight = IOWeight(s.IOWeight)
 	c.Burst = BurstMicros(s.CPUBurst)
 	if s.CPUBurstPercent > 0 {
 		c.Burst, c.BurstPercent = 0, min(s.CPUBurstPercent, 100)

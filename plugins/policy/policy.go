@@ -12,6 +12,7 @@ import (
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/plugins/gpu"
+	"github.com/tidalqos/tidal/plugins/io"
 	"github.com/tidalqos/tidal/plugins/memory"
 )
 
@@ -23,7 +24,7 @@ type Policy struct {
 // Default is the policy tidal runs, every dimension it manages, each with its defaults; With
 // swaps in a dimension as configured.
 func Default() Policy {
-	return New(cpu.Resource{}, memory.Resource{}, gpu.Resource{})
+	return New(cpu.Resource{}, memory.Resource{}, gpu.Resource{}, io.Resource{})
 }
 
 // New builds a policy from resources, run in the order given. Two resources of one name are

@@ -153,7 +153,7 @@ func TestPolicyRunsEveryResourceInOrder(t *testing.T) {
 	if r := tree.Root(); !r.CPUs.Equals(n.CPUs) || len(r.Devices) != 1 {
 		t.Errorf("root %+v", r)
 	}
-	if !slices.Equal(policy.Default().Names(), []string{"cpu", "memory", "gpu"}) {
+	if !slices.Equal(policy.Default().Names(), []string{"cpu", "memory", "gpu", "io"}) {
 		t.Errorf("default %v", policy.Default().Names())
 	}
 	defer func() {

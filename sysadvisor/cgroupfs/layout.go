@@ -27,8 +27,9 @@ func (v Version) String() string { return fmt.Sprintf("v%d", int(v)) }
 // Controllers tidal uses. On v1 each may be mounted alone or co-mounted (cpu,cpuacct).
 var v1Controllers = []string{"cpu", "cpuacct", "cpuset", "memory"}
 
-// v1Optional controllers are used when mounted: devices (GPU access of reclaimed work).
-var v1Optional = []string{"devices"}
+// v1Optional controllers are used when mounted: devices (GPU access of reclaimed work) and
+// blkio (disk IO throttles of reclaimed work).
+var v1Optional = []string{"devices", "blkio"}
 
 // Layout says where the controllers tidal uses are mounted.
 type Layout struct {
