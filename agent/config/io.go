@@ -51,7 +51,10 @@ type IODevice struct {
 
 func defaultIO() IO {
 	return IO{
-		Enabled: true, NodeDisks: true,
+		// Node disks of unknown capacity would be lent only the floor (8 MiB/s): no
+		// agent should do that to batch IO unasked. Disks are managed once listed with
+		// their capacity in io.devices, or all of them at the floor with nodeDisks.
+		Enabled: true, NodeDisks: false,
 		FloorBps: 8 << 20, FloorIOPS: 64,
 		MarginRatio: 0.25, GrowStepRatio: 0.1, PeakWindow: 30 * time.Second,
 		PressureThreshold: 20, LatencyThreshold: 50 * time.Millisecond,
