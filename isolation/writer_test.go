@@ -296,3 +296,35 @@ func TestUnchangedTreeAfterRemoveAndForget(t *testing.T) {
 		t.Fatalf("drift not repaired: %s = %q", file, got)
 	}
 }
+
+// A cgroup removed behind tidal's back from one hierarchy is created again by the next
+// re-read (Forget), while ones still there everywhere are only looked up.
+func TestForgetRecreatesAMissingHierarchyV1(t *testing.T) {
+	l := isolationtest.Layout(t)
+	if l.Version != cgroupfs.V1 {
+		t.Skip("cgroup v1 only")
+	}
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	cg := []plugins.Cgroup{{Path: root}, {Path: root + "/a"}, {Path: root + "/b"}}
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(l.Dir("memory", root+"/a")); err != nil {
+		t.Fatal(err)
+	}
+	w.Forget()
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"cpu", "cpuacct", "cpuset", "memory"} {
+		for _, p := range []string{root + "/a", root + "/b"} {
+			if _, err := os.Stat(l.Dir(c, p)); err != nil {
+				t.Errorf("%s in %s: %v", p, c, err)
+			}
+		}
+	}
+	if got := read(t, l, "cpuset", root+"/a", "cpuset.cpus"); got == "" {
+		t.Error("re-created cgroup has no CPUs")
+	}
+}
