@@ -172,7 +172,7 @@ func (b *v1Backend) fileValue(_ knob, value string) string { return value }
 
 func (b *v1Backend) read(path string, k knob) (string, error) {
 	file := func(controller, name string) (string, error) {
-		data, err := os.ReadFile(filepath.Join(b.layout.Dir(controller, path), name))
+		data, err := cgroupfs.ReadFile(filepath.Join(b.layout.Dir(controller, path), name))
 		return strings.TrimSpace(string(data)), err
 	}
 	switch k {
@@ -356,7 +356,7 @@ func (b *v2Backend) read(path string, k knob) (string, error) {
 		return "", nil // see write
 	}
 	name := v2File(k)
-	data, err := os.ReadFile(filepath.Join(b.layout.Unified, path, name))
+	data, err := cgroupfs.ReadFile(filepath.Join(b.layout.Unified, path, name))
 	v := strings.TrimSpace(string(data))
 	switch k {
 	case knobCPUs, knobMems:
