@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/plugins"
 	pgpu "github.com/tidalqos/tidal/plugins/gpu"
 	"github.com/tidalqos/tidal/qos"
@@ -19,13 +20,22 @@ func (a *Agent) observeGPUs(ctx context.Context, now time.Time) {
 	if err != nil {
 		a.log.Warn("GPU read failed; those GPUs are not lent", "err", err)
 	}
-	snap := a.store.Snapshot()
-	owner := pgpu.OwnerByCgroup(snap.Plugins(), func(pid int) (string, error) {
-		return sysgpu.ProcessCgroup(a.procDir, pid)
-	})
+	// The owner of a GPU's processes is looked up only on a node with GPUs: most have none,
+	// and the slow loop need not copy 200 workloads each pass for nothing.
+	var snap state.Snapshot
+	owner := func(int) pgpu.Owner { return pgpu.Owner{} }
+	if len(devs) > 0 {
+		snap = a.store.Snapshot()
+		owner = pgpu.OwnerByCgroup(snap.Plugins(), func(pid int) (string, error) {
+			return sysgpu.ProcessCgroup(a.procDir, pid)
+		})
+	}
 	tracker := a.store.Allocator().GPUs()
 	tracker.Observe(now, devs, owner)
 	for _, v := range tracker.Reclaim(now) {
+		if snap.Workloads == nil {
+			snap = a.store.Snapshot()
+		}
 		r, ok := snap.Get(v.Workload)
 		if !ok {
 			tracker.Release(v.Workload)

@@ -114,6 +114,13 @@ func (b *v1Backend) group(path string) (cgroup1.Cgroup, error) {
 	if g, ok := b.groups[path]; ok {
 		return g, nil
 	}
+	// A cgroup whose directory is there in every hierarchy is only loaded: after Forget
+	// (drift repair) every cgroup comes here again, and New checks each cpuset up to the
+	// root on the way, reading their files (most of the cost of a re-read pass).
+	if g, err := cgroup1.Load(cgroup1.StaticPath("/"+path), cgroup1.WithHierarchy(b.hierarchy)); err == nil && len(g.Subsystems()) == len(b.subs) && b.cpusetFilled(path) {
+		b.groups[path] = g
+		return g, nil
+	}
 	// New creates missing directories and, for cpuset, copies the parent's cpus and mems so a
 	// task can join at once.
 	g, err := cgroup1.New(cgroup1.StaticPath("/"+path), &specs.LinuxResources{}, cgroup1.WithHierarchy(b.hierarchy))
@@ -122,6 +129,22 @@ func (b *v1Backend) group(path string) (cgroup1.Cgroup, error) {
 	}
 	b.groups[path] = g
 	return g, nil
+}
+
+// cpusetFilled says whether cgroup path has CPUs and memory nodes in its cpuset (or there is
+// no cpuset hierarchy): one made by someone else's mkdir has neither until they are copied
+// from its parent, which New does.
+func (b *v1Backend) cpusetFilled(path string) bool {
+	if _, ok := b.layout.Controllers()["cpuset"]; !ok {
+		return true
+	}
+	for _, k := range []knob{knobCPUs, knobMems} {
+		v, err := b.read(path, k)
+		if err != nil || v == "" {
+			return false
+		}
+	}
+	return true
 }
 
 func (b *v1Backend) forget() { b.groups = map[string]cgroup1.Cgroup{} }
@@ -152,7 +175,7 @@ func (b *v1Backend) fileValue(_ knob, value string) string { return value }
 
 func (b *v1Backend) read(path string, k knob) (string, error) {
 	file := func(controller, name string) (string, error) {
-		data, err := os.ReadFile(filepath.Join(b.layout.Dir(controller, path), name))
+		data, err := cgroupfs.ReadFile(filepath.Join(b.layout.Dir(controller, path), name))
 		return strings.TrimSpace(string(data)), err
 	}
 	switch k {
@@ -466,7 +489,7 @@ func (b *v2Backend) read(path string, k knob) (string, error) {
 		return v, err
 	}
 	name := v2File(k)
-	data, err := os.ReadFile(filepath.Join(b.layout.Unified, path, name))
+	data, err := cgroupfs.ReadFile(filepath.Join(b.layout.Unified, path, name))
 	v := strings.TrimSpace(string(data))
 	switch k {
 	case knobCPUs, knobMems:

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +44,11 @@ type Writer struct {
 	repairs [numKnobs]uint64
 	// absent are optional knobs the kernel has no file for: skipped from then on, said once.
 	absent [numKnobs]bool
+	// applied is the last desired tree Apply brought every cgroup to without an error, while
+	// nothing since made what is remembered doubtful (Forget, Remove, a failed write): an
+	// Apply of the same tree has nothing to read or write and returns at once, and one that
+	// differs only goes through the cgroups that changed. nil when unknown.
+	applied []plugins.Cgroup
 }
 
 // errAbsent is an optional knob's file missing from a cgroup that exists: the kernel lacks it.
@@ -83,7 +90,75 @@ func (w *Writer) SupportsIdle() bool {
 func (w *Writer) Apply(desired []plugins.Cgroup) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.applied != nil && sameTree(w.applied, desired) {
+		// The slow loop's steady state: the same tree every pass, already in place.
+		return nil
+	}
+	todo := desired
+	if w.applied != nil && cacheable(desired) {
+		// Only what changed: a cgroup whose settings are those it was last brought to has
+		// nothing to widen, narrow or write (one limit moving must not cost 200 cgroups).
+		todo = changedCgroups(w.applied, desired)
+	}
+	w.applied = nil
+	err := w.applyLocked(todo)
+	if err == nil && cacheable(desired) {
+		w.applied = cloneTree(desired)
+	}
+	return err
+}
 
+// changedCgroups are the cgroups of desired not in applied with the same settings.
+func changedCgroups(applied, desired []plugins.Cgroup) []plugins.Cgroup {
+	was := make(map[string]*plugins.Cgroup, len(applied))
+	for i := range applied {
+		was[applied[i].Path] = &applied[i]
+	}
+	var out []plugins.Cgroup
+	for _, c := range desired {
+		if old, ok := was[c.Path]; ok && old.Foreign == c.Foreign && reflect.DeepEqual(old.Settings, c.Settings) {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// cacheable says whether an unchanged tree may skip the next Apply: not when a cgroup is
+// someone else's (it may come and go between passes, and is checked each time) or has its
+// burst sized on a quota someone else sets.
+func cacheable(desired []plugins.Cgroup) bool {
+	for _, c := range desired {
+		if c.Foreign || c.Settings.CPUBurstPercent != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// sameTree reports whether two desired trees are the same, in the same order.
+func sameTree(x, y []plugins.Cgroup) bool {
+	if len(x) != len(y) {
+		return false
+	}
+	for i := range x {
+		if x[i].Path != y[i].Path || x[i].Foreign != y[i].Foreign || !reflect.DeepEqual(x[i].Settings, y[i].Settings) {
+			return false
+		}
+	}
+	return true
+}
+
+// cloneTree copies a desired tree, so a caller changing its slice later changes nothing here.
+func cloneTree(desired []plugins.Cgroup) []plugins.Cgroup {
+	out := slices.Clone(desired)
+	for i := range out {
+		out[i].Settings.Devices = slices.Clone(out[i].Settings.Devices)
+	}
+	return out
+}
+
+func (w *Writer) applyLocked(desired []plugins.Cgroup) error {
 	nodes := append([]plugins.Cgroup(nil), desired...)
 	sort.SliceStable(nodes, func(i, j int) bool { return depth(nodes[i].Path) < depth(nodes[j].Path) })
 	wants := make([]map[knob]string, len(nodes))
@@ -194,6 +269,7 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 func (w *Writer) Ensure(path string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.applied = nil
 	return w.ensure(path)
 }
 
@@ -212,6 +288,7 @@ func (w *Writer) ensure(path string) error {
 func (w *Writer) Attach(path string, pid int) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.applied = nil
 	if err := w.ensure(path); err != nil {
 		return err
 	}
@@ -227,6 +304,7 @@ func (w *Writer) Attach(path string, pid int) error {
 func (w *Writer) Remove(path string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.applied = nil
 	w.dropLocked(path)
 	if !w.layout.Exists(path) {
 		w.backend.forget()
@@ -244,6 +322,7 @@ func (w *Writer) Remove(path string) error {
 func (w *Writer) ForgetPath(path string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.applied = nil
 	w.dropLocked(path)
 }
 
@@ -252,6 +331,7 @@ func (w *Writer) ForgetPath(path string) {
 func (w *Writer) Forget() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.applied = nil
 	kept := map[string]map[knob]string{}
 	for p, m := range w.known {
 		// Device rules cannot be read back: keep what was written, or each Forget would

@@ -244,3 +244,87 @@ func TestDriftIsRepairedAndCounted(t *testing.T) {
 		t.Fatalf("repairs = %d, want 1", n)
 	}
 }
+
+// An unchanged tree costs nothing after a clean Apply, yet whatever makes the writer's memory
+// doubtful (a removed cgroup, Forget) or a changed setting brings the files to it again.
+func TestUnchangedTreeAfterRemoveAndForget(t *testing.T) {
+	l := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	cg := []plugins.Cgroup{{Path: root}, {Path: root + "/a", Settings: plugins.Settings{CPUQuota: 500}}}
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	// The caller's slice changing in place is a changed tree.
+	cg[1].Settings.CPUQuota = 700
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	file, want := "cpu.cfs_quota_us", "70000"
+	if l.Version == cgroupfs.V2 {
+		file = "cpu.max"
+	}
+	if got := read(t, l, "cpu", root+"/a", file); !strings.HasPrefix(got, want) {
+		t.Fatalf("changed quota not written: %s = %q", file, got)
+	}
+	// A cgroup removed through the writer is created again by the same tree.
+	if err := w.Remove(root + "/a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, l, "cpu", root+"/a", file); !strings.HasPrefix(got, want) {
+		t.Fatalf("removed cgroup not re-created: %s = %q", file, got)
+	}
+	// Drift under the same tree is repaired after Forget.
+	drift := "-1"
+	if l.Version == cgroupfs.V2 {
+		drift = "max 100000"
+	}
+	if err := os.WriteFile(filepath.Join(l.Dir("cpu", root+"/a"), file), []byte(drift), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.Forget()
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, l, "cpu", root+"/a", file); !strings.HasPrefix(got, want) {
+		t.Fatalf("drift not repaired: %s = %q", file, got)
+	}
+}
+
+// A cgroup removed behind tidal's back from one hierarchy is created again by the next
+// re-read (Forget), while ones still there everywhere are only looked up.
+func TestForgetRecreatesAMissingHierarchyV1(t *testing.T) {
+	l := isolationtest.Layout(t)
+	if l.Version != cgroupfs.V1 {
+		t.Skip("cgroup v1 only")
+	}
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	cg := []plugins.Cgroup{{Path: root}, {Path: root + "/a"}, {Path: root + "/b"}}
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(l.Dir("memory", root+"/a")); err != nil {
+		t.Fatal(err)
+	}
+	w.Forget()
+	if err := w.Apply(cg); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"cpu", "cpuacct", "cpuset", "memory"} {
+		for _, p := range []string{root + "/a", root + "/b"} {
+			if _, err := os.Stat(l.Dir(c, p)); err != nil {
+				t.Errorf("%s in %s: %v", p, c, err)
+			}
+		}
+	}
+	if got := read(t, l, "cpuset", root+"/a", "cpuset.cpus"); got == "" {
+		t.Error("re-created cgroup has no CPUs")
+	}
+}

@@ -117,8 +117,11 @@ type Usage struct {
 type Store struct {
 	alloc *Allocator
 
-	mu         sync.Mutex
-	workloads  map[string]*Record
+	mu        sync.Mutex
+	workloads map[string]*Record
+	// order is workloads sorted by cgroup, as snapshots list them; nil when one was added
+	// or removed since (snapshots are taken several times a second, workloads change rarely).
+	order      []*Record
 	generation uint64
 	saved      *checkpointer
 }
@@ -185,6 +188,7 @@ func (s *Store) putLocked(spec Spec, old *Record) (Record, error) {
 		return Record{}, err
 	}
 	s.workloads[r.Name] = r
+	s.order = nil
 	s.changedLocked()
 	return r.copy(), nil
 }
@@ -230,6 +234,7 @@ func (s *Store) Adopt(rs []Record) []error {
 			r.DedicatedCPUs = cpuset.New()
 		}
 		s.workloads[r.Name] = &r
+		s.order = nil
 		if r.Tier == qos.Reclaimed && len(r.GPUs) > 0 {
 			if err := s.alloc.gpus.Adopt(r.Name, r.ReclaimPriority, r.GPUs); err != nil {
 				errs = append(errs, err)
@@ -269,6 +274,7 @@ func (s *Store) RemoveIf(name, uid string, started time.Time) (Record, bool) {
 
 func (s *Store) dropLocked(r *Record) {
 	delete(s.workloads, r.Name)
+	s.order = nil
 	s.alloc.gpus.Release(r.Name)
 }
 
@@ -345,18 +351,31 @@ func (s *Store) Snapshot() Snapshot {
 
 func (s *Store) snapshotLocked() Snapshot {
 	out := Snapshot{Workloads: make([]Record, 0, len(s.workloads)), Dedicated: s.dedicatedLocked(), Generation: s.generation}
-	for _, r := range s.workloads {
+	for _, r := range s.sortedLocked() {
 		out.Workloads = append(out.Workloads, r.copy())
 	}
-	slices.SortFunc(out.Workloads, func(a, b Record) int { return cmp.Compare(a.Cgroup, b.Cgroup) })
 	return out
+}
+
+// sortedLocked is the workloads sorted by cgroup.
+func (s *Store) sortedLocked() []*Record {
+	if s.order == nil {
+		s.order = make([]*Record, 0, len(s.workloads))
+		for _, r := range s.workloads {
+			s.order = append(s.order, r)
+		}
+		slices.SortFunc(s.order, func(a, b *Record) int { return cmp.Compare(a.Cgroup, b.Cgroup) })
+	}
+	return s.order
 }
 
 // dedicatedLocked are all cores owned by dedicated workloads or pinned by the kubelet.
 func (s *Store) dedicatedLocked() cpuset.CPUSet {
 	all := cpuset.New()
 	for _, r := range s.workloads {
-		all = all.Union(r.DedicatedCPUs)
+		if !r.DedicatedCPUs.IsEmpty() { // Union makes a new set each time
+			all = all.Union(r.DedicatedCPUs)
+		}
 	}
 	return all
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,5 +113,35 @@ func TestCheckpointWrittenOutsideTheChange(t *testing.T) {
 		if err := s.Save(); err == nil {
 			t.Error("a write to a read-only state folder reported no error")
 		}
+	}
+}
+
+// Snapshots list workloads by cgroup, and show each add, replacement and removal at once
+// (the store keeps that order between changes).
+func TestSnapshotOrderFollowsChanges(t *testing.T) {
+	s, _ := testStore(t)
+	put := func(name, uid string) {
+		t.Helper()
+		if _, err := s.Put(Spec{Workload: plugins.Workload{Name: name, UID: uid, Tier: qos.Shared, Cgroup: "t/" + name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func() (out []string) {
+		for _, r := range s.Snapshot().Workloads {
+			out = append(out, r.Name+"/"+r.UID)
+		}
+		return out
+	}
+	put("c", "1")
+	put("a", "1")
+	put("b", "1")
+	if got := names(); !slices.Equal(got, []string{"a/1", "b/1", "c/1"}) {
+		t.Fatalf("snapshot = %v", got)
+	}
+	s.Remove("b")
+	put("a", "2") // replaced
+	put("d", "1")
+	if got := names(); !slices.Equal(got, []string{"a/2", "c/1", "d/1"}) {
+		t.Fatalf("after changes snapshot = %v", got)
 	}
 }

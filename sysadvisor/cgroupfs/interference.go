@@ -22,7 +22,7 @@ func (l *Layout) Threads(rel string, recursive bool) ([]int, error) {
 func (l *Layout) ids(rel, file string, recursive bool) ([]int, error) {
 	var ids []int
 	readOne := func(dir string) error {
-		data, err := os.ReadFile(filepath.Join(dir, file))
+		data, err := ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,6 @@
 package cgroupfs
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -86,7 +85,7 @@ func (l *Layout) MemoryStat(rel string) (MemoryStat, error) {
 // readKeys reads the values of keys in a flat keyed file, in one pass; a missing key is an
 // error.
 func readKeys(path string, keys ...string) ([]int64, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +134,7 @@ func (l *Layout) Children(rel string) ([]string, error) {
 }
 
 func readInt(path string) (int64, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -152,31 +151,28 @@ func readInt(path string) (int64, error) {
 
 // readKey reads the value of "key value" in a flat keyed file such as cpu.stat or memory.stat.
 func readKey(path, key string) (int64, error) {
-	f, err := os.Open(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), " ")
-		if ok && k == key {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	for len(data) > 0 {
+		var line []byte
+		line, data, _ = bytes.Cut(data, []byte("\n"))
+		k, v, ok := bytes.Cut(line, []byte(" "))
+		if ok && string(k) == key {
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
 			if err != nil {
 				return 0, fmt.Errorf("%s: %s: %w", path, key, err)
 			}
 			return n, nil
 		}
 	}
-	if err := s.Err(); err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
-	}
 	return 0, fmt.Errorf("%s: no %q line", path, key)
 }
 
 // CPUs reads the cpuset of cgroup rel (used to rebuild state after a restart).
 func (l *Layout) CPUs(rel string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(l.Dir("cpuset", rel), "cpuset.cpus"))
+	data, err := ReadFile(filepath.Join(l.Dir("cpuset", rel), "cpuset.cpus"))
 	return strings.TrimSpace(string(data)), err
 }
 

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -191,16 +190,12 @@ func (m *Meter) Read(groups []Group, minRun time.Duration) []Reading {
 // schedstat reads /proc/<tid>/schedstat: "<run ns> <wait ns> <timeslices>".
 func (m *Meter) schedstat(tid int) (run, wait time.Duration, err error) {
 	path := filepath.Join(m.procDir, strconv.Itoa(tid), "schedstat")
-	f, err := os.Open(path)
+	data, err := cgroupfs.ReadFileInto(path, m.buf)
 	if err != nil {
 		return 0, 0, err
 	}
-	n, err := f.Read(m.buf)
-	f.Close()
-	if err != nil && n == 0 {
-		return 0, 0, err
-	}
-	return parseSchedstat(m.buf[:n])
+	m.buf = data[:0]
+	return parseSchedstat(data)
 }
 
 var errSchedstat = errors.New("malformed schedstat")

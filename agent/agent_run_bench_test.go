@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/isolation/isolationtest"
+)
+
+// BenchmarkRun200 runs the whole agent (every loop, the API, the checkpoints) with its
+// defaults and 200 idle workloads (half shared, half reclaimed) on real cgroups, one second
+// per iteration, and reports the agent's CPU as a percentage of one core: the overhead
+// measurement of tests/colocation (-overhead), in a form `go test -cpuprofile` can profile.
+//
+//	sudo go test -run '^$' -bench Run200 -benchtime 20x ./agent
+//
+// go test's -cpuprofile also covers admitting the 200 workloads, which costs more than a
+// minute of running: with TIDAL_RUN_PROFILE=FILE the benchmark writes a profile of only the
+// measured seconds, sampled at 1 kHz (the agent uses about a hundredth of a core).
+func BenchmarkRun200(b *testing.B) {
+	layout := isolationtest.Layout(b)
+	cfg := config.Default()
+	cfg.Cgroup.Root = isolationtest.RootName(b, layout)
+	dir := b.TempDir()
+	cfg.StateDir, cfg.SocketPath = filepath.Join(dir, "state"), filepath.Join(dir, "sock")
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tiers := []string{"shared", "reclaimed"}
+	for i := range 200 {
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		if _, err := a.Admit(AdmitRequest{Name: fmt.Sprintf("w%d", i), Tier: tiers[i%2], PID: cmd.Process.Pid}, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+	time.Sleep(3 * time.Second) // settle, as the overhead measurement does
+	if file := os.Getenv("TIDAL_RUN_PROFILE"); file != "" {
+		f, err := os.Create(file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		runtime.SetCPUProfileRate(1000)
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	before, start := processCPU(b), time.Now()
+	b.ResetTimer()
+	for b.Loop() {
+		time.Sleep(time.Second)
+	}
+	b.StopTimer()
+	b.ReportMetric(100*float64(processCPU(b)-before)/float64(time.Since(start)), "cpu%")
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
