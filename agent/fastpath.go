@@ -220,6 +220,15 @@ func (a *Agent) writeReclaimedLimits() {
 		}
 	}
 	reclaimedTier := plugins.TierPath(a.cfg.Cgroup.Root, qos.Reclaimed)
+	// The tier's quota before anything else, from the tier settings alone (no decision per
+	// workload yet): one write holds all reclaimed work below it at once. Should a reclaimed
+	// workload's own cap be above the new quota, the kernel refuses this write (v1 wants
+	// children first) and the ordered writes below make it.
+	tiers := plugins.NewTree(a.cfg.Cgroup.Root, nil, nil)
+	a.policy.Fill(tiers, node)
+	if q := tiers.Tier(qos.Reclaimed).CPUQuota; q != 0 {
+		_ = a.writer.Apply([]plugins.Cgroup{{Path: reclaimedTier, Settings: plugins.Settings{CPUQuota: q}}})
+	}
 	var reclaimedPods []string
 	for _, r := range snap.Workloads {
 		if r.Owner.Foreign() && r.Tier == qos.Reclaimed {
