@@ -125,7 +125,6 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	measured, done := baselines.Finish(now)
 	switch {
 	case done:
-		a.log.Info("online baselines measured", "runQueueWait", measured)
 		for _, np := range pools {
 			act(a.advisor.EndBaseline(now, np.Node), "grow", "baseline")
 		}
@@ -149,6 +148,9 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 		a.planGeneration++
 	}
 	a.mu.Unlock()
+	if done {
+		a.log.Info("online baselines measured", "runQueueWait", measured)
+	}
 	if changed {
 		a.writeReclaimedLimits()
 	}
