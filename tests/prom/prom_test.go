@@ -112,7 +112,8 @@ func TestDashboardQueriesAgainstRealPrometheus(t *testing.T) {
 	promBin, promtool := tools(t)
 
 	arb := testutil.NewArbiter(t, tidalBin, "node-a")
-	ag := testutil.NewAgent(t, tidalBin, arb.AgentConfig("node-a")+"loops:\n  slowInterval: 1s\n", "", true)
+	// The node's disks managed (off by default), so the Disk IO panels have series to show.
+	ag := testutil.NewAgent(t, tidalBin, arb.AgentConfig("node-a")+"loops:\n  slowInterval: 1s\nio:\n  nodeDisks: true\n", "", true)
 	ag.Start()
 	ag.Run("--name", "batch", "--tier", "reclaimed", "--", "sh", "-c", "while :; do :; done")
 	ag.Run("--name", "web", "--tier", "shared", "--", "sleep", "600")
