@@ -18,6 +18,18 @@ import (
 //
 //	sudo go test -run '^$' -bench SlowPass ./agent
 func BenchmarkSlowPass(b *testing.B) {
+	a := agentWith200Idle(b)
+	ctx := context.Background()
+	a.slowPass(ctx) // first sample: no rate yet
+	for b.Loop() {
+		a.slowPass(ctx)
+	}
+	b.ReportMetric(float64(len(a.store.Snapshot().Workloads)), "workloads")
+}
+
+// agentWith200Idle is an agent with its defaults on a test cgroup root, managing 200 idle
+// workloads (sleep processes, half shared, half reclaimed) that the benchmark's end kills.
+func agentWith200Idle(b *testing.B) *Agent {
 	layout := isolationtest.Layout(b)
 	cfg := config.Default()
 	cfg.Cgroup.Root = isolationtest.RootName(b, layout)
@@ -28,7 +40,7 @@ func BenchmarkSlowPass(b *testing.B) {
 		b.Fatal(err)
 	}
 	tiers := []string{"shared", "reclaimed"}
-	for i := 0; i < 200; i++ {
+	for i := range 200 {
 		cmd := exec.Command("sleep", "600")
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
@@ -38,10 +50,5 @@ func BenchmarkSlowPass(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	ctx := context.Background()
-	a.slowPass(ctx) // first sample: no rate yet
-	for b.Loop() {
-		a.slowPass(ctx)
-	}
-	b.ReportMetric(float64(len(a.store.Snapshot().Workloads)), "workloads")
+	return a
 }

@@ -2,20 +2,12 @@ package agent
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/tidalqos/tidal/agent/config"
-	"github.com/tidalqos/tidal/isolation/isolationtest"
 )
 
 // BenchmarkRun200 runs the whole agent (every loop, the API, the checkpoints) with its
@@ -29,26 +21,7 @@ import (
 // minute of running: with TIDAL_RUN_PROFILE=FILE the benchmark writes a profile of only the
 // measured seconds, sampled at 1 kHz (the agent uses about a hundredth of a core).
 func BenchmarkRun200(b *testing.B) {
-	layout := isolationtest.Layout(b)
-	cfg := config.Default()
-	cfg.Cgroup.Root = isolationtest.RootName(b, layout)
-	dir := b.TempDir()
-	cfg.StateDir, cfg.SocketPath = filepath.Join(dir, "state"), filepath.Join(dir, "sock")
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	tiers := []string{"shared", "reclaimed"}
-	for i := range 200 {
-		cmd := exec.Command("sleep", "600")
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		if _, err := a.Admit(AdmitRequest{Name: fmt.Sprintf("w%d", i), Tier: tiers[i%2], PID: cmd.Process.Pid}, 0); err != nil {
-			b.Fatal(err)
-		}
-	}
+	a := agentWith200Idle(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -302,16 +302,7 @@ func (b *v1Backend) writeThrottles(path, value string) error {
 	if err != nil {
 		return err
 	}
-	have, _ := translate.ParseIOMax(cur)
-	wanted := map[string]bool{}
-	for _, l := range want {
-		wanted[l.Device] = true
-	}
-	for _, l := range have {
-		if !wanted[l.Device] {
-			want = append(want, plugins.IOLimit{Device: l.Device})
-		}
-	}
+	want = clearingUnwanted(want, cur)
 	var errs []error
 	for _, l := range want {
 		if deviceGone(l.Device) {
@@ -544,16 +535,7 @@ func (b *v2Backend) writeIOMax(path, value string) error {
 	if err != nil {
 		return err
 	}
-	have, _ := translate.ParseIOMax(string(data))
-	wanted := map[string]bool{}
-	for _, l := range want {
-		wanted[l.Device] = true
-	}
-	for _, l := range have {
-		if !wanted[l.Device] {
-			want = append(want, plugins.IOLimit{Device: l.Device})
-		}
-	}
+	want = clearingUnwanted(want, string(data))
 	var errs []error
 	for _, l := range want {
 		if !deviceGone(l.Device) {
@@ -627,4 +609,21 @@ func writeFile(path, value string) error {
 	}
 	_, werr := f.WriteString(value)
 	return errors.Join(werr, f.Close())
+}
+
+// clearingUnwanted is want plus a "no limit" entry for every device throttled now (in
+// current, io.max's form) that want leaves out: a disk no longer lent on is not left
+// throttled.
+func clearingUnwanted(want []plugins.IOLimit, current string) []plugins.IOLimit {
+	have, _ := translate.ParseIOMax(current)
+	wanted := map[string]bool{}
+	for _, l := range want {
+		wanted[l.Device] = true
+	}
+	for _, l := range have {
+		if !wanted[l.Device] {
+			want = append(want, plugins.IOLimit{Device: l.Device})
+		}
+	}
+	return want
 }
