@@ -294,6 +294,7 @@ func advisorConfig(cfg config.Config) advisor.Config {
 		SafetyMarginRatio:    cfg.CPU.SafetyMarginRatio,
 		GrowStepMilliCPU:     cfg.CPU.GrowStepMilliCPU,
 		PeakWindow:           cfg.CPU.PeakWindow,
+		LimitWindow:          cfg.CPU.LimitWindow,
 		SpikeThreshold:       cfg.CPU.SpikeThreshold,
 		ReservedSystemBytes:  cfg.Memory.ReservedSystemBytes,
 		MinReclaimedBytes:    cfg.Memory.MinReclaimedBytes,

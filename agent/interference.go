@@ -200,12 +200,17 @@ func (a *Agent) onlineGroups(snap state.Snapshot, pools plugins.Pools) ([]interf
 
 // controlStatusLocked is how node's lending was sized, for status and the Node report.
 func (a *Agent) controlStatusLocked(node int, lent int64) reporter.Control {
-	usage, predicted, capv := a.advisor.Ceiling(node)
+	limit, published, capv := a.advisor.Ceilings(node)
+	usage := limit.MilliCPU
+	formula := func(u advisor.UsageCeiling) string {
+		return fmt.Sprintf("pool %dm - (online peak %dm over %s x %.2f + %dm)", a.poolMilliLocked(node), u.PeakMilliCPU,
+			u.Window, 1+a.cfg.CPU.SafetyMarginRatio, a.cfg.CPU.SafetyMarginMilliCPU)
+	}
 	ctl := a.advisor.Controllers()[node]
 	c := reporter.Control{
-		Mechanism: string(a.mechanism()), MechanismChoice: a.mechChoice, UsageCeilingMilliCPU: usage, PredictedOnlineMilliCPU: predicted,
-		Formula: fmt.Sprintf("pool %dm - (online peak %dm over %s x %.2f + %dm)", a.poolMilliLocked(node), a.advisor.Peak(node),
-			a.cfg.CPU.PeakWindow, 1+a.cfg.CPU.SafetyMarginRatio, a.cfg.CPU.SafetyMarginMilliCPU),
+		Mechanism: string(a.mechanism()), MechanismChoice: a.mechChoice,
+		UsageCeilingMilliCPU: usage, PredictedOnlineMilliCPU: limit.PredictedMilliCPU, Formula: formula(limit),
+		PublishedCeilingMilliCPU: published.MilliCPU, PublishedFormula: formula(published),
 		InterferenceCapMilliCPU: capv, State: ctl.State, HeldUntil: ctl.HeldUntil,
 		LastCut: ctl.LastCut, LastCutAt: ctl.LastCutAt, Indicators: []reporter.Indicator{},
 	}
@@ -255,7 +260,8 @@ func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools) bool {
 	var lent, ceiling int64
 	informative := a.advisor.Primed()
 	for _, np := range pools {
-		usage, _, _ := a.advisor.Ceiling(np.Node)
+		limit, _, _ := a.advisor.Ceilings(np.Node)
+		usage := limit.MilliCPU
 		if ctls[np.Node].State == advisor.StateBaseline {
 			informative = false
 		}

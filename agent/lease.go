@@ -156,7 +156,7 @@ func (a *Agent) reportOnce(ctx context.Context) {
 // reportLocked describes the node for the arbiter: capacity, online use and prediction, what
 // it could lend by its own advisor (the arbiter caps it), per NUMA node.
 func (a *Agent) reportLocked(now time.Time, snap state.Snapshot) arbiterapi.Report {
-	plan := a.advisor.Plan()
+	plan := a.advisor.Vouched()
 	demand := a.advisor.Demand()
 	var lendableGPUs []string
 	gpus := a.gpuStatus()

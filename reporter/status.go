@@ -94,11 +94,15 @@ type Control struct {
 	// "minimum", "baseline measurement" (the minimum while online work's own indicators are
 	// measured) or "lease".
 	Bound string `json:"bound"`
-	// UsageCeilingMilliCPU is the pool less the predicted online demand; Formula shows it
-	// with its live inputs.
+	// UsageCeilingMilliCPU is the pool less the predicted online demand over cpu.limitWindow:
+	// reclaimed work's limits never allow more. Formula shows it with its live inputs.
 	UsageCeilingMilliCPU    int64  `json:"usageCeilingMilliCPU"`
 	PredictedOnlineMilliCPU int64  `json:"predictedOnlineMilliCPU"`
 	Formula                 string `json:"formula"`
+	// PublishedCeilingMilliCPU is the same over cpu.peakWindow: the node never publishes
+	// (Node resources, the arbiter) more than this.
+	PublishedCeilingMilliCPU int64  `json:"publishedCeilingMilliCPU"`
+	PublishedFormula         string `json:"publishedFormula"`
 	// InterferenceCapMilliCPU is the most the interference feedback lets the node lend;
 	// State is grow (slack on every indicator), hold (no slack, or within HeldUntil after a
 	// cut) or cut (the last reading crossed a target).
@@ -243,6 +247,7 @@ func writeControl(w io.Writer, p Pool) {
 	c := p.Control
 	fmt.Fprintf(w, "\nnuma %d lends %dm (mechanism %s: %s), set by the %s\n", p.NUMANode, p.LentMilliCPU, c.Mechanism, c.MechanismChoice, c.Bound)
 	fmt.Fprintf(w, "  usage ceiling %dm = %s\n", c.UsageCeilingMilliCPU, c.Formula)
+	fmt.Fprintf(w, "  published at most %dm = %s\n", c.PublishedCeilingMilliCPU, c.PublishedFormula)
 	held := ""
 	if !c.HeldUntil.IsZero() && c.HeldUntil.After(time.Now()) {
 		held = ", no growth until " + c.HeldUntil.Format("15:04:05")

@@ -119,8 +119,15 @@ type CPU struct {
 	SafetyMarginRatio float64 `yaml:"safetyMarginRatio"`
 	// GrowStepMilliCPU is the most the reclaimed pool grows per slow-loop round.
 	GrowStepMilliCPU int64 `yaml:"growStepMilliCPU"`
-	// PeakWindow: online demand is predicted as peak usage over this window.
+	// PeakWindow: online demand is predicted as peak usage over this window for what the node
+	// publishes (Node resources, the arbiter): damped, so the scheduler does not chase every
+	// dip.
 	PeakWindow time.Duration `yaml:"peakWindow"`
+	// LimitWindow: reclaimed work's CPU limit on the node follows online peak usage over this
+	// shorter window, so offline work uses a dip within seconds; the fast path and the
+	// interference feedback take it back at once. Equal to (or longer than) PeakWindow, the
+	// limit is what is published.
+	LimitWindow time.Duration `yaml:"limitWindow"`
 	// SpikeThreshold: the fast path fires when online usage exceeds this
 	// fraction of the CPU online work has not lent out.
 	SpikeThreshold float64 `yaml:"spikeThreshold"`
@@ -341,6 +348,7 @@ func Default() Config {
 			SafetyMarginRatio:    0.10,
 			GrowStepMilliCPU:     250,
 			PeakWindow:           30 * time.Second,
+			LimitWindow:          5 * time.Second,
 			SpikeThreshold:       0.8,
 			// Measured (docs/benchmark.md#mechanism): on this kind of machine the quota kept
 			// both servers' p99 at or under the best no-agent baseline; idle alone did not.

@@ -166,6 +166,7 @@ func fullExampleConfig() Config {
 			SafetyMarginRatio:    0.25,
 			GrowStepMilliCPU:     1000,
 			PeakWindow:           time.Minute,
+			LimitWindow:          5 * time.Second,
 			SpikeThreshold:       1,
 			Mechanism:            "auto",
 			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3},
@@ -355,7 +356,7 @@ func TestLoadNamesFile(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, interference, memory, io, loops, eviction, status, arbiter, kubernetes, hooks"
-	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism, autoMechanism, burstPercent"
+	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, mechanism, autoMechanism, burstPercent"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {
 		name string
@@ -507,7 +508,7 @@ loops:
 	want := []string{
 		`tidal.yaml:2: logLevel: "loud" is not allowed: want one of debug, info, warn, error`,
 		`tidal.yaml:4: cpu.spikeThreshold: 0 is out of range: want a number in (0, 1]`,
-		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, spikeThreshold, mechanism, autoMechanism, burstPercent`,
+		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, mechanism, autoMechanism, burstPercent`,
 		`tidal.yaml:6: cpu.peakWindow: 10 is not a duration (a unit is required): want a duration >= 1s, such as "30s"`,
 		`tidal.yaml:8: memory.growStepBytes: "12X" is not a valid size (unknown suffix "X"): want a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`,
 		`tidal.yaml:10: loops.fastInterval: 5s is out of range: want a duration >= 1ms and < loops.slowInterval (1s)`,
@@ -552,7 +553,8 @@ func TestValidateBoundaries(t *testing.T) {
 		func(c *Config) { c.CPU.SafetyMarginRatio = 0 },
 		func(c *Config) { c.CPU.SafetyMarginRatio = 1 },
 		func(c *Config) { c.CPU.SpikeThreshold = 1 },
-		func(c *Config) { c.CPU.PeakWindow = time.Second },
+		func(c *Config) { c.CPU.PeakWindow, c.CPU.LimitWindow = time.Second, time.Second },
+		func(c *Config) { c.CPU.LimitWindow = c.CPU.PeakWindow + time.Hour },
 		func(c *Config) { c.Memory.EvictPressureAbove = 100 },
 		func(c *Config) {
 			c.Loops.SlowInterval = 100 * time.Millisecond
@@ -577,6 +579,7 @@ func TestValidateBoundaries(t *testing.T) {
 	}
 	bad := map[string]func(*Config){
 		"cpu.minReclaimedMilliCPU":   func(c *Config) { c.CPU.MinReclaimedMilliCPU = 9 },
+		"cpu.limitWindow":            func(c *Config) { c.CPU.LimitWindow = time.Second - 1 },
 		"cpu.safetyMarginMilliCPU":   func(c *Config) { c.CPU.SafetyMarginMilliCPU = -1 },
 		"cpu.safetyMarginRatio":      func(c *Config) { c.CPU.SafetyMarginRatio = 1.01 },
 		"cpu.growStepMilliCPU":       func(c *Config) { c.CPU.GrowStepMilliCPU = 0 },

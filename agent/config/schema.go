@@ -200,6 +200,8 @@ var schema = []*entry{
 			"an integer > 0", above[int64](0)),
 		leaf("peakWindow", kindDuration, func(c *Config) *time.Duration { return &c.CPU.PeakWindow },
 			`a duration >= 1s, such as "30s"`, atLeast(time.Second)),
+		leaf("limitWindow", kindDuration, func(c *Config) *time.Duration { return &c.CPU.LimitWindow },
+			`a duration >= 1s, such as "5s"`, atLeast(time.Second)),
 		leaf("spikeThreshold", kindFloat, func(c *Config) *float64 { return &c.CPU.SpikeThreshold },
 			"a number in (0, 1]", inRange(0, 1, true)),
 		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },

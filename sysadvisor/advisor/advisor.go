@@ -3,6 +3,12 @@
 // usage plus a safety margin, grows what it lends by at most one step per slow-loop pass and
 // shrinks it at once, on the slow loop or on the fast path's spike signal. It is pure logic:
 // callers feed it samples and act on its plan.
+//
+// CPU has two usage ceilings. The plan (what reclaimed work's limits allow) follows online
+// peak usage over a short window, LimitWindow, so offline work runs in a dip within seconds;
+// what the node publishes (Vouched: Node resources, the arbiter) follows the peak over the
+// long PeakWindow, damped, so the scheduler places work against what the node can lend
+// through a day's swings rather than against the last few seconds.
 package advisor
 
 import (
@@ -18,6 +24,7 @@ type Config struct {
 	SafetyMarginRatio    float64
 	GrowStepMilliCPU     int64
 	PeakWindow           time.Duration
+	LimitWindow          time.Duration // 0: PeakWindow
 	SpikeThreshold       float64
 
 	ReservedSystemBytes int64
@@ -177,8 +184,8 @@ func (a *Advisor) Plan() Plan {
 	return p
 }
 
-// Demand is the predicted online CPU demand per NUMA node (peak over the window plus
-// margins), in millicores.
+// Demand is the predicted online CPU demand per NUMA node the node publishes (peak over
+// PeakWindow plus margins), in millicores.
 func (a *Advisor) Demand() map[int]int64 {
 	out := make(map[int]int64, len(a.cpu))
 	for node, h := range a.cpu {
@@ -229,7 +236,7 @@ func (a *Advisor) Step(s Sample) []Change {
 		ns := s.NUMA[node]
 		a.pool[node] = ns.PoolMilliCPU
 		a.cpu[node] = record(a.cpu[node], s.Time, ns.OnlineMilliCPU, a.cfg.PeakWindow)
-		peak := peakOf(a.cpu[node])
+		peak := a.limitPeak(node)
 		target := a.cpuTarget(node, peak)
 		cur, known := a.plan.ReclaimedMilliCPU[node]
 		if !known {
@@ -237,7 +244,7 @@ func (a *Advisor) Step(s Sample) []Change {
 		}
 		next, kind := approach(cur, target, a.cfg.GrowStepMilliCPU, cpuDeadband)
 		if kind != "" {
-			rule := fmt.Sprintf("online peak %dm of pool %dm over %s", peak, ns.PoolMilliCPU, a.cfg.PeakWindow)
+			rule := fmt.Sprintf("online peak %dm of pool %dm over %s", peak, ns.PoolMilliCPU, a.limitWindow())
 			if c := a.controller(node); c.CapMilliCPU < a.usageCeiling(node, peak) {
 				rule = fmt.Sprintf("interference cap %dm (%s, worst %s)", c.CapMilliCPU, c.State, c.Worst)
 			}
@@ -313,14 +320,45 @@ func (a *Advisor) Controllers() map[int]Controller {
 	return out
 }
 
-// Peak is the online usage peak of node over the window.
-func (a *Advisor) Peak(node int) int64 { return peakOf(a.cpu[node]) }
+// UsageCeiling is one of a node's usage ceilings with its inputs, for status.
+type UsageCeiling struct {
+	MilliCPU          int64         // the pool less PredictedMilliCPU
+	PredictedMilliCPU int64         // PeakMilliCPU with the safety margins
+	PeakMilliCPU      int64         // online usage peak over Window
+	Window            time.Duration // LimitWindow or PeakWindow
+}
 
-// Ceiling says what bounds a node's lending now, for status: its usage ceiling (with the
-// predicted online demand behind it) and the interference cap.
-func (a *Advisor) Ceiling(node int) (usage, demand, interferenceCap int64) {
-	demand = a.predict(peakOf(a.cpu[node]))
-	return a.usageCeiling(node, peakOf(a.cpu[node])), demand, a.controller(node).CapMilliCPU
+// Ceilings says what bounds a node's lending, for status: the usage ceiling of its limits
+// (over LimitWindow), the one it publishes (over PeakWindow), and the interference cap.
+func (a *Advisor) Ceilings(node int) (limit, published UsageCeiling, interferenceCap int64) {
+	ceiling := func(peak int64, window time.Duration) UsageCeiling {
+		return UsageCeiling{MilliCPU: a.usageCeiling(node, peak), PredictedMilliCPU: a.predict(peak), PeakMilliCPU: peak, Window: window}
+	}
+	return ceiling(a.limitPeak(node), a.limitWindow()), ceiling(peakOf(a.cpu[node]), a.cfg.PeakWindow), a.controller(node).CapMilliCPU
+}
+
+// limitWindow is how far back the plan's usage ceiling looks.
+func (a *Advisor) limitWindow() time.Duration {
+	if a.cfg.LimitWindow <= 0 || a.cfg.LimitWindow > a.cfg.PeakWindow {
+		return a.cfg.PeakWindow
+	}
+	return a.cfg.LimitWindow
+}
+
+// limitPeak is node's online usage peak over LimitWindow, up to its latest reading.
+func (a *Advisor) limitPeak(node int) int64 {
+	h := a.cpu[node]
+	if len(h) == 0 {
+		return 0
+	}
+	since := h[len(h)-1].t.Add(-a.limitWindow())
+	var p int64
+	for _, x := range h {
+		if !x.t.Before(since) {
+			p = max(p, x.v)
+		}
+	}
+	return p
 }
 
 // Interfere is the feedback step for one NUMA node with its online work's indicators. When
@@ -386,15 +424,17 @@ func (a *Advisor) Baseline(now time.Time, node int, until time.Time) *Change {
 		node, until.Format("15:04:05.000"), cur, m)}
 }
 
-// Vouched is the plan as the node reports it to the scheduler and the arbiter: a node
-// measuring its baseline vouches for what it lent before (within the usage ceiling), since
-// the measurement is a dip of a few seconds, not a change of what it can lend.
+// Vouched is the plan as the node reports it to the scheduler and the arbiter: never above
+// the published usage ceiling (online peak over PeakWindow), however far a dip lets the limits
+// go. A node measuring its baseline vouches for what it lent before, since the measurement is
+// a dip of a few seconds, not a change of what it can lend.
 func (a *Advisor) Vouched() Plan {
 	p := a.Plan()
-	for node, c := range a.ctl {
-		if c.State == StateBaseline {
-			p.ReclaimedMilliCPU[node] = max(p.ReclaimedMilliCPU[node], min(c.resumeMilliCPU, a.usageCeiling(node, peakOf(a.cpu[node]))))
+	for node, lent := range p.ReclaimedMilliCPU {
+		if c := a.ctl[node]; c != nil && c.State == StateBaseline {
+			lent = max(lent, c.resumeMilliCPU)
 		}
+		p.ReclaimedMilliCPU[node] = min(lent, a.usageCeiling(node, peakOf(a.cpu[node])))
 	}
 	return p
 }
@@ -411,7 +451,7 @@ func (a *Advisor) EndBaseline(now time.Time, node int) *Change {
 	cur := a.plan.ReclaimedMilliCPU[node]
 	next := cur
 	if a.primed {
-		next = max(cur, min(c.resumeMilliCPU, a.cpuTarget(node, peakOf(a.cpu[node]))))
+		next = max(cur, min(c.resumeMilliCPU, a.cpuTarget(node, a.limitPeak(node))))
 	}
 	if next == cur {
 		return nil
@@ -475,7 +515,7 @@ func bytes(n int64) string {
 
 // Pressure is the fast path's other signal: the kernel reports online work stalled waiting for
 // CPU. Lending drops to the minimum at once and the full pool enters the history as demand, so
-// it grows back only after the peak window.
+// it grows back only after the limit window (and is published again after the peak window).
 func (a *Advisor) Pressure(now time.Time, what string) []Change {
 	var changes []Change
 	for node, cur := range a.plan.ReclaimedMilliCPU {

@@ -247,8 +247,8 @@ func TestInterferenceCutsHoldsAndGrowsOnSlack(t *testing.T) {
 	if ctl := a.Controllers()[0]; ctl.State != "hold" || ctl.CapMilliCPU != capBefore {
 		t.Errorf("no slack, under target: %+v", ctl)
 	}
-	if usage, _, _ := a.Ceiling(0); usage != 2700 {
-		t.Errorf("usage ceiling %dm, want 2700m", usage)
+	if limit, _, _ := a.Ceilings(0); limit.MilliCPU != 2700 {
+		t.Errorf("usage ceiling %dm, want 2700m", limit.MilliCPU)
 	}
 }
 
@@ -305,7 +305,7 @@ func TestBaselineHoldsTheMinimumThenGivesLendingBack(t *testing.T) {
 	a.Baseline(now.Add(4*time.Second), 0, now.Add(6*time.Second))
 	a.Step(sample(t0, 17, 3000))
 	a.EndBaseline(now.Add(6*time.Second), 0)
-	if got, usage := a.Plan().ReclaimedMilliCPU[0], a.cpuTarget(0, a.Peak(0)); got != usage || got >= 2700 {
+	if got, usage := a.Plan().ReclaimedMilliCPU[0], a.cpuTarget(0, a.limitPeak(0)); got != usage || got >= 2700 {
 		t.Errorf("after a rise of online work: lends %dm, want the usage ceiling %dm", got, usage)
 	}
 
@@ -314,5 +314,57 @@ func TestBaselineHoldsTheMinimumThenGivesLendingBack(t *testing.T) {
 	a.Reset("metrics stale")
 	if c := a.EndBaseline(now.Add(9*time.Second), 0); c != nil || a.Plan().ReclaimedMilliCPU[0] != 100 {
 		t.Errorf("stale metrics: change %+v, lends %dm", c, a.Plan().ReclaimedMilliCPU[0])
+	}
+}
+
+// The limits follow a short window and use a dip within seconds; what the node publishes
+// follows the long one and stays down until the peak has left it.
+func TestLimitsFollowTheShortWindowPublishingTheLongOne(t *testing.T) {
+	cfg := testConfig()
+	cfg.PeakWindow, cfg.LimitWindow = 30*time.Second, 3*time.Second
+	a := New(cfg)
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 12; i++ {
+		a.Step(sample(t0, i, 1000))
+	}
+	// pool 4000 - (1000 x 1.1 + 200) = 2700 by both windows.
+	if p, v := a.Plan().ReclaimedMilliCPU[0], a.Vouched().ReclaimedMilliCPU[0]; p != 2700 || v != 2700 {
+		t.Fatalf("steady: limits %dm, published %dm, want 2700m both", p, v)
+	}
+	// A peak of 3000m: both fall at once to 4000 - (3300 + 200) = 500.
+	a.Step(sample(t0, 12, 3000))
+	if p, v := a.Plan().ReclaimedMilliCPU[0], a.Vouched().ReclaimedMilliCPU[0]; p != 500 || v != 500 {
+		t.Fatalf("peak: limits %dm, published %dm, want 500m both", p, v)
+	}
+	// Back to 1000m: once the peak is older than the limit window the limits grow back a
+	// step per pass to 2700; the published figure stays at 500 for the peak window.
+	for i := 13; i < 30; i++ {
+		a.Step(sample(t0, i, 1000))
+	}
+	limit, published, _ := a.Ceilings(0)
+	if p := a.Plan().ReclaimedMilliCPU[0]; p != 2700 || limit.MilliCPU != 2700 || limit.Window != 3*time.Second {
+		t.Errorf("after the peak: limits %dm (ceiling %+v), want 2700m over 3s", p, limit)
+	}
+	if v := a.Vouched().ReclaimedMilliCPU[0]; v != 500 || published.MilliCPU != 500 || published.PeakMilliCPU != 3000 {
+		t.Errorf("after the peak: published %dm (ceiling %+v), want 500m while the 3000m peak is in the 30s window", v, published)
+	}
+	for i := 30; i < 45; i++ {
+		a.Step(sample(t0, i, 1000))
+	}
+	if v := a.Vouched().ReclaimedMilliCPU[0]; v != 2700 {
+		t.Errorf("after the peak window: published %dm, want 2700m", v)
+	}
+	// Without a limit window both are the peak window's.
+	cfg.LimitWindow = 0
+	b := New(cfg)
+	for i := 0; i < 12; i++ {
+		b.Step(sample(t0, i, 1000))
+	}
+	b.Step(sample(t0, 12, 3000))
+	for i := 13; i < 30; i++ {
+		b.Step(sample(t0, i, 1000))
+	}
+	if p := b.Plan().ReclaimedMilliCPU[0]; p != 500 {
+		t.Errorf("no limit window: limits %dm after the peak, want 500m for the peak window", p)
 	}
 }

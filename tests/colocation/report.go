@@ -261,7 +261,7 @@ func writeMissedSpikes(w io.Writer, res results) {
 		}
 		fmt.Fprintf(w, "- Round %d: no throttle during the spike: it began with %dm lent", r.Round, t.LentAtSpikeMilliCPU)
 		if last, ok := t.lastThrottleBefore(from.Seconds()); ok {
-			fmt.Fprintf(w, "; the fast path had last fired %.1f s into the day (%s), and that usage held lending down for cpu.peakWindow",
+			fmt.Fprintf(w, "; the fast path had last fired %.1f s into the day (%s), and that usage held lending down for cpu.limitWindow",
 				last, phaseNameAt(phases, last))
 		} else {
 			fmt.Fprintf(w, "; the slow loop had already shrunk it to its minimum from the online peak it saw (all CPU use but reclaimed work's, "+

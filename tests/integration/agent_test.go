@@ -379,3 +379,55 @@ func TestStatusCPUMatchesTheCgroupCounters(t *testing.T) {
 		t.Errorf("a sleeping process shows %dm", w.MilliCPU)
 	}
 }
+
+// When online load ends, reclaimed work's limits grow back once the spike is older than
+// cpu.limitWindow, and the burner runs on what is freed; what the node publishes stays down
+// until the spike has left cpu.peakWindow.
+func TestLimitsUseADipWhilePublishingStaysDamped(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 60s\n  limitWindow: 2s\n")
+	n.start()
+	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	burn := n.waitWorkload("burn")
+	n.eventually(20*time.Second, "lending grows well past its minimum", func() error {
+		if s := n.status(); s.Pools[0].LentMilliCPU < 1000 {
+			return fmt.Errorf("lends %dm", s.Pools[0].LentMilliCPU)
+		}
+		return nil
+	})
+	online, _ := n.run("--tier", "shared", "--name", "online", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	n.waitWorkload("online")
+	n.eventually(5*time.Second, "online load cuts lending to its minimum", func() error {
+		if s := n.status(); s.Pools[0].LentMilliCPU > 100 {
+			return fmt.Errorf("lends %dm", s.Pools[0].LentMilliCPU)
+		}
+		return nil
+	})
+	during := n.cpuUsage(burn.Cgroup, time.Second)
+	_ = syscall.Kill(online.Process.Pid, syscall.SIGTERM)
+	_ = online.Wait()
+
+	n.eventually(15*time.Second, "the limits grow back within the limit window", func() error {
+		if s := n.status(); s.Pools[0].LentMilliCPU < 1000 {
+			return fmt.Errorf("lends %dm (%s)", s.Pools[0].LentMilliCPU, s.Pools[0].Control.Formula)
+		}
+		return nil
+	})
+	after := n.cpuUsage(burn.Cgroup, time.Second)
+	s := n.status()
+	c := s.Pools[0].Control
+	t.Logf("burner CPU per second: %v under online load, %v after it; lent %dm, published %dm; %s; published %s",
+		during, after, s.Pools[0].LentMilliCPU, s.Lendable.MilliCPU, c.Formula, c.PublishedFormula)
+	if after < 2*during || after < 500*time.Millisecond {
+		t.Errorf("the burner got %v per second after online load ended (%v during it): the freed CPU was not lent", after, during)
+	}
+	if s.Lendable.MilliCPU >= s.Pools[0].LentMilliCPU || c.PublishedCeilingMilliCPU >= c.UsageCeilingMilliCPU {
+		t.Errorf("published %dm (ceiling %dm: %s) within the peak window, want under what the limits allow (%dm, ceiling %dm)",
+			s.Lendable.MilliCPU, c.PublishedCeilingMilliCPU, c.PublishedFormula, s.Pools[0].LentMilliCPU, c.UsageCeilingMilliCPU)
+	}
+	if !strings.Contains(c.Formula, "over 2s") || !strings.Contains(c.PublishedFormula, "over 1m0s") {
+		t.Errorf("formulas %q and %q do not name their windows", c.Formula, c.PublishedFormula)
+	}
+}

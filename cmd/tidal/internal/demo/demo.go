@@ -38,8 +38,9 @@ const (
 
 const (
 	demoCgroupRoot = "tidal-demo"
-	// demoPeakWindow is the in-process agent's prediction window: short, so that lending
-	// visibly grows back within the demo.
+	// demoPeakWindow is the in-process agent's published prediction window: short, so that
+	// what it publishes visibly grows back within the demo too (its limits follow the
+	// default cpu.limitWindow).
 	demoPeakWindow = 10 * time.Second
 	agentTimeout   = 5 * time.Second  // for the in-process agent to answer on its socket
 	admitTimeout   = 10 * time.Second // for a workload to show up in the agent's status
@@ -128,9 +129,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (err error) {
 			}
 		}()
 		s.socket = local.cfg.SocketPath
-		s.peakWindow = local.cfg.CPU.PeakWindow
-		fmt.Fprintf(out, "agent:    in-process (no agent on %s), cgroup root %q, peak window %s\n",
-			opts.socket, local.cfg.Cgroup.Root, local.cfg.CPU.PeakWindow)
+		s.limitWindow = min(local.cfg.CPU.LimitWindow, local.cfg.CPU.PeakWindow)
+		fmt.Fprintf(out, "agent:    in-process (no agent on %s), cgroup root %q, limit window %s, peak window %s\n",
+			opts.socket, local.cfg.Cgroup.Root, s.limitWindow, local.cfg.CPU.PeakWindow)
 		fmt.Fprintf(out, "          log %s (removed at the end)\n", local.logPath)
 	}
 	s.client = agent.NewClient(s.socket)

@@ -26,12 +26,12 @@ type reading struct {
 	shrinks          int // slow-loop CPU shrink actions during the spike
 	offLow, offSpike float64
 	haveOff          bool
-	peakWindow       time.Duration // 0: unknown
+	limitWindow      time.Duration // 0: unknown
 }
 
-func readingFromRun(sched []demoPhase, rows []phaseRow, samples []sample, acts []reporter.Action, start time.Time, peakWindow time.Duration) reading {
+func readingFromRun(sched []demoPhase, rows []phaseRow, samples []sample, acts []reporter.Action, start time.Time, limitWindow time.Duration) reading {
 	first, spike, last := sched[0], sched[1], sched[len(sched)-1]
-	r := reading{lowRPS: first.rps, spikeRPS: spike.rps, peakWindow: peakWindow}
+	r := reading{lowRPS: first.rps, spikeRPS: spike.rps, limitWindow: limitWindow}
 	byName := map[string]phaseRow{}
 	for _, row := range rows {
 		byName[row.Name] = row
@@ -117,8 +117,8 @@ func (r reading) text() string {
 	case !r.haveLent:
 	case r.lentAfter <= r.lentLow:
 		fmt.Fprintf(&b, "Lending did not grow back in the last phase (at most %.2f cores).", r.lentAfter)
-	case r.peakWindow > 0:
-		fmt.Fprintf(&b, "Once the spike left the agent's %s peak window, lending grew back, to %.2f cores in the last phase.", r.peakWindow, r.lentAfter)
+	case r.limitWindow > 0:
+		fmt.Fprintf(&b, "Once the spike left the agent's %s limit window, lending grew back, to %.2f cores in the last phase.", r.limitWindow, r.lentAfter)
 	default:
 		fmt.Fprintf(&b, "In the last phase lending grew back to %.2f cores.", r.lentAfter)
 	}

@@ -28,7 +28,7 @@ func TestReading(t *testing.T) {
 	}
 	r := readingFromRun(sched, rows, []sample{
 		{phase: "low", lentCores: 1.3}, {phase: "spike", lentCores: 0.6}, {phase: "spike", lentCores: 0.3}, {phase: "low2", lentCores: 1.1},
-	}, acts, start, 10*time.Second)
+	}, acts, start, 5*time.Second)
 	if r.throttles != 2 || r.throttleAfter != 180*time.Millisecond || r.shrinks != 0 {
 		t.Errorf("reading %+v", r)
 	}
@@ -41,7 +41,7 @@ func TestReading(t *testing.T) {
 	}
 	for _, want := range []string{"p99 was 8.0 ms", "it was 30.0 ms", "throttled the reclaimed pool 2 times", "from 1.30 to 0.30 cores",
 		"180 ms after", "upper bound", "1.30 cores just before the spike and 0.30 at its lowest",
-		"450 units/s during the spike against 950 before", "10s peak window", "to 1.10 cores"} {
+		"450 units/s during the spike against 950 before", "5s limit window", "to 1.10 cores"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("reading lacks %q:\n%s", want, text)
 		}

@@ -16,14 +16,14 @@ import (
 )
 
 type session struct {
-	opts       Options
-	self       string
-	socket     string
-	client     *agent.Client
-	out        io.Writer
-	started    time.Time
-	peakWindow time.Duration // 0 when the agent was already running (not known)
-	children   []*child
+	opts        Options
+	self        string
+	socket      string
+	client      *agent.Client
+	out         io.Writer
+	started     time.Time
+	limitWindow time.Duration // 0 when the agent was already running (not known)
+	children    []*child
 }
 
 // run starts the workloads, watches the schedule and prints the summary; it stops every child

@@ -103,6 +103,6 @@ func (s *session) printSummary(sched []demoPhase, final workload.LoadGenLine, bu
 	writePhaseTable(s.out, rows)
 	fmt.Fprintf(s.out, "\nonline: %d requests, %d errors; offline: %d units done\n", final.Count, final.Errors, burner.Total)
 	fmt.Fprintf(s.out, "agent actions during the demo: %s\n\n", countActions(m.actions.seen))
-	in := readingFromRun(sched, rows, m.samples, m.actions.seen, m.start, s.peakWindow)
+	in := readingFromRun(sched, rows, m.samples, m.actions.seen, m.start, s.limitWindow)
 	fmt.Fprintln(s.out, wrap(in.text(), textWidth))
 }
