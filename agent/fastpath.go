@@ -203,8 +203,9 @@ func (a *Agent) spike(now time.Time, onlineMilli int64) (cuttable bool) {
 
 // writeReclaimedLimits is the fast path's narrow write: only the reclaimed cgroups' CPU limits
 // (tidal's tier and everything under it, reclaimed pods and their containers), from the
-// current plan, without the full pass's other writes and without waiting for it: the
-// reclaimed pool's cpuset and, with the quota mechanism, the CFS quotas.
+// current plan, without the full pass's other writes and without waiting for it (a pass
+// writing meanwhile stops at its next cgroup and hands over the writer): the reclaimed pool's
+// cpuset and, with the quota mechanism, the CFS quotas.
 func (a *Agent) writeReclaimedLimits() {
 	snap := a.store.Snapshot()
 	a.mu.Lock()
@@ -227,7 +228,7 @@ func (a *Agent) writeReclaimedLimits() {
 	tiers := plugins.NewTree(a.cfg.Cgroup.Root, nil, nil)
 	a.policy.Fill(tiers, node)
 	if q := tiers.Tier(qos.Reclaimed).CPUQuota; q != 0 {
-		_ = a.writer.Apply([]plugins.Cgroup{{Path: reclaimedTier, Settings: plugins.Settings{CPUQuota: q}}})
+		_ = a.writer.ApplyUrgent([]plugins.Cgroup{{Path: reclaimedTier, Settings: plugins.Settings{CPUQuota: q}}})
 	}
 	var reclaimedPods []string
 	for _, r := range snap.Workloads {
@@ -249,7 +250,7 @@ func (a *Agent) writeReclaimedLimits() {
 	}
 	// Quotas first: one write on the tier holds all reclaimed work below it at once, where
 	// cpusets on v1 must narrow child by child before their parent may.
-	if err := errors.Join(a.writer.Apply(quotas), a.writer.Apply(narrow)); err != nil {
+	if err := errors.Join(a.writer.ApplyUrgent(quotas), a.writer.ApplyUrgent(narrow)); err != nil {
 		a.log.Error("fast path cgroup write failed", "err", err)
 	}
 	a.publish(snap)

@@ -240,6 +240,12 @@ func (a *Agent) reconcile() error {
 		}
 	}
 	err := a.writer.Apply(a.desired(snap, node, plan).Cgroups())
+	if errors.Is(err, isolation.ErrPreempted) {
+		// The fast path needed the writer: it wrote the reclaimed limits, and the rest of
+		// this pass waits for the next one.
+		a.log.Debug("cgroup pass preempted by the fast path")
+		err = nil
+	}
 
 	a.mu.Lock()
 	if err != nil {

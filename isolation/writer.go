@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"k8s.io/utils/cpuset"
@@ -49,7 +50,15 @@ type Writer struct {
 	// Apply of the same tree has nothing to read or write and returns at once, and one that
 	// differs only goes through the cgroups that changed. nil when unknown.
 	applied []plugins.Cgroup
+	// urgent counts ApplyUrgent calls waiting for mu: a long Apply stops between two cgroups
+	// and hands them the lock (ErrPreempted).
+	urgent atomic.Int32
 }
+
+// ErrPreempted is an Apply that stopped part way so that an urgent write (the fast path
+// taking CPU back from reclaimed work) need not wait for hundreds of cgroups. What it wrote
+// is valid for the kernel; the rest waits for the next Apply.
+var ErrPreempted = errors.New("cgroup pass preempted by an urgent write")
 
 // errAbsent is an optional knob's file missing from a cgroup that exists: the kernel lacks it.
 var errAbsent = errors.New("the kernel has no such file")
@@ -90,6 +99,20 @@ func (w *Writer) SupportsIdle() bool {
 func (w *Writer) Apply(desired []plugins.Cgroup) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.applyTreeLocked(desired, true)
+}
+
+// ApplyUrgent is Apply for a write that must not wait: an Apply in progress stops at its next
+// cgroup (returning ErrPreempted) and this one goes first. It is never preempted itself.
+func (w *Writer) ApplyUrgent(desired []plugins.Cgroup) error {
+	w.urgent.Add(1)
+	w.mu.Lock()
+	w.urgent.Add(-1)
+	defer w.mu.Unlock()
+	return w.applyTreeLocked(desired, false)
+}
+
+func (w *Writer) applyTreeLocked(desired []plugins.Cgroup, preemptible bool) error {
 	if w.applied != nil && sameTree(w.applied, desired) {
 		// The slow loop's steady state: the same tree every pass, already in place.
 		return nil
@@ -101,7 +124,7 @@ func (w *Writer) Apply(desired []plugins.Cgroup) error {
 		todo = changedCgroups(w.applied, desired)
 	}
 	w.applied = nil
-	err := w.applyLocked(todo)
+	err := w.applyLocked(todo, preemptible)
 	if err == nil && cacheable(desired) {
 		w.applied = cloneTree(desired)
 	}
@@ -158,7 +181,8 @@ func cloneTree(desired []plugins.Cgroup) []plugins.Cgroup {
 	return out
 }
 
-func (w *Writer) applyLocked(desired []plugins.Cgroup) error {
+func (w *Writer) applyLocked(desired []plugins.Cgroup, preemptible bool) error {
+	preempted := func() bool { return preemptible && w.urgent.Load() > 0 }
 	nodes := append([]plugins.Cgroup(nil), desired...)
 	sort.SliceStable(nodes, func(i, j int) bool { return depth(nodes[i].Path) < depth(nodes[j].Path) })
 	wants := make([]map[knob]string, len(nodes))
@@ -208,6 +232,9 @@ func (w *Writer) applyLocked(desired []plugins.Cgroup) error {
 
 	// Pass 1, parents first: widen cpusets to old ∪ new and raise quotas.
 	for i, n := range nodes {
+		if preempted() {
+			return ErrPreempted
+		}
 		for _, k := range []knob{knobCPUs, knobMems} {
 			v, ok := wants[i][k]
 			if !ok {
@@ -239,6 +266,9 @@ func (w *Writer) applyLocked(desired []plugins.Cgroup) error {
 	}
 	// Pass 2, children first: every knob to its final value.
 	for i := len(nodes) - 1; i >= 0; i-- {
+		if preempted() {
+			return ErrPreempted
+		}
 		for k := knob(0); k < numKnobs; k++ {
 			v, ok := wants[i][k]
 			if !ok {

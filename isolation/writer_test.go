@@ -1,6 +1,7 @@
 package isolation_test
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -326,5 +327,53 @@ func TestForgetRecreatesAMissingHierarchyV1(t *testing.T) {
 	}
 	if got := read(t, l, "cpuset", root+"/a", "cpuset.cpus"); got == "" {
 		t.Error("re-created cgroup has no CPUs")
+	}
+}
+
+// An Apply stops at its next cgroup when an urgent write waits (the fast path must not wait
+// for hundreds of cgroups), the urgent write itself is never stopped, and the next Apply
+// completes what the stopped one left.
+func TestApplyHandsOverToAnUrgentWrite(t *testing.T) {
+	l := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	tree := func(quota int64) []plugins.Cgroup {
+		out := []plugins.Cgroup{{Path: root + "/reclaimed", Settings: plugins.Settings{CPUQuota: 4000}}}
+		for i := range 20 {
+			out = append(out, plugins.Cgroup{Path: root + "/reclaimed/w" + strconv.Itoa(i), Settings: plugins.Settings{CPUQuota: quota}})
+		}
+		return out
+	}
+	quotaFile := "cpu.cfs_quota_us"
+	if l.Version == cgroupfs.V2 {
+		quotaFile = "cpu.max"
+	}
+	if err := w.Apply(tree(1000)); err != nil {
+		t.Fatal(err)
+	}
+	want := read(t, l, "cpu", root+"/reclaimed/w7", quotaFile)
+
+	done := isolation.WaitingUrgent(w)
+	before := totalWrites(w)
+	if err := w.Apply(tree(500)); !errors.Is(err, isolation.ErrPreempted) {
+		t.Fatalf("Apply with an urgent write waiting: %v, want ErrPreempted", err)
+	}
+	if n := totalWrites(w) - before; n != 0 {
+		t.Errorf("the preempted Apply wrote %d files before handing over", n)
+	}
+	if err := w.ApplyUrgent([]plugins.Cgroup{{Path: root + "/reclaimed", Settings: plugins.Settings{CPUQuota: 3000}}}); err != nil {
+		t.Fatalf("ApplyUrgent while another waits: %v", err)
+	}
+	done()
+	if got := read(t, l, "cpu", root+"/reclaimed/w7", quotaFile); got != want {
+		t.Errorf("w7 quota %q after the preempted Apply, want it untouched (%q)", got, want)
+	}
+	if err := w.Apply(tree(500)); err != nil {
+		t.Fatalf("Apply after the urgent write: %v", err)
+	}
+	for _, c := range []string{"/reclaimed/w0", "/reclaimed/w19"} {
+		if got := read(t, l, "cpu", root+c, quotaFile); !strings.HasPrefix(got, "50000") {
+			t.Errorf("%s quota %q after the next Apply, want 50000", c, got)
+		}
 	}
 }
