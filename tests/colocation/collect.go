@@ -67,9 +67,15 @@ type tidalResult struct {
 	// action after it (nil: none during the spike).
 	SpikeToShrinkMs     *float64 `json:"spikeToShrinkMs"`
 	LentAtSpikeMilliCPU int64    `json:"lentAtSpikeMilliCPU"`
-	Throttles           int      `json:"throttles"` // during the day
-	AgentCPUPercent     float64  `json:"agentCPUPercent"`
-	AgentPeakRSSBytes   int64    `json:"agentPeakRSSBytes"`
+	// ContentionToShrinkMs are the agent's reaction times over the day, measured by the
+	// benchmark's own probe: from online use crossing the spike threshold of what it kept to
+	// the reclaimed quota's fall (contention.go). ContentionMissed counts crossings without a fall within
+	// contentionTimeout.
+	ContentionToShrinkMs []float64 `json:"contentionToShrinkMs"`
+	ContentionMissed     int       `json:"contentionMissed"`
+	Throttles            int       `json:"throttles"` // during the day
+	AgentCPUPercent      float64   `json:"agentCPUPercent"`
+	AgentPeakRSSBytes    int64     `json:"agentPeakRSSBytes"`
 	// Actions are the agent's lending decisions of the run and, with cpu.mechanism auto, its
 	// mechanism switches (T: seconds since DayStart).
 	Actions []dayAction `json:"actions"`
@@ -168,6 +174,18 @@ func (r *scenarioRun) collect(res *runResult, d day, w runWorkloads) error {
 	}
 	if r.watch != nil {
 		res.Tidal = tidalFrom(r.watch, dayPhases(r.b.opts), from, d.agentCPU, d.agentPeak, &res.Series.LentCores)
+		if r.contention != nil {
+			res.Tidal.ContentionToShrinkMs = []float64{}
+			for _, e := range r.contention.events {
+				switch {
+				case e.At.Before(from) || !e.At.Before(to):
+				case e.Missed:
+					res.Tidal.ContentionMissed++
+				default:
+					res.Tidal.ContentionToShrinkMs = append(res.Tidal.ContentionToShrinkMs, e.Ms)
+				}
+			}
+		}
 	}
 	return nil
 }
@@ -280,6 +298,10 @@ func (r runResult) oneLine() string {
 			s += fmt.Sprintf("  spike->throttle %.0f ms", *t.SpikeToShrinkMs)
 		} else {
 			s += fmt.Sprintf("  no throttle in the spike (lent %dm at its start)", t.LentAtSpikeMilliCPU)
+		}
+		if n := len(t.ContentionToShrinkMs); n > 0 {
+			s += fmt.Sprintf("  probe spike->shrink p50 %.0f ms max %.0f ms (%d, %d missed)", percentile(t.ContentionToShrinkMs, 0.5),
+				percentile(t.ContentionToShrinkMs, 1), n, t.ContentionMissed)
 		}
 	}
 	return s

@@ -69,6 +69,8 @@ type options struct {
 	overheadOnly      bool
 	overheadDuration  time.Duration
 	overheadWorkloads int
+	// dayWorkloads are light workloads the agent manages during each tidal run.
+	dayWorkloads int
 	// command is the command line as typed, for the results.
 	command string
 }
@@ -97,6 +99,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.overheadOnly, "overhead", false, "measure only the agent's overhead with -overhead-workloads workloads")
 	fs.DurationVar(&o.overheadDuration, "overhead-duration", 60*time.Second, "length of the overhead measurement (0: skip it after the scenarios)")
 	fs.IntVar(&o.overheadWorkloads, "overhead-workloads", 200, "light workloads admitted for the overhead measurement")
+	fs.IntVar(&o.dayWorkloads, "day-workloads", 200, "light workloads (idle sleep processes, half shared, half reclaimed) the agent manages during each tidal run besides the run's own")
 	quick := fs.Bool("quick", false, "a short run to try things out: -day 12s -warmup 3s -overhead-duration 15s unless set")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage (as root): go run ./tests/colocation -out DIR [flags]")
@@ -144,6 +147,8 @@ func (o options) validate(extra int) error {
 		return errors.New("-burner-threads and -antagonist-threads must be at least 1")
 	case o.sloFactor <= 0:
 		return fmt.Errorf("-slo-factor %g: want > 0", o.sloFactor)
+	case o.dayWorkloads < 0:
+		return fmt.Errorf("-day-workloads %d: want 0 or more", o.dayWorkloads)
 	case o.overheadWorkloads < 1:
 		return fmt.Errorf("-overhead-workloads %d: want at least 1", o.overheadWorkloads)
 	case o.overheadOnly && o.overheadDuration <= 0:

@@ -32,6 +32,7 @@ type optionsDoc struct {
 	BurnerThreads     int      `json:"burnerThreads"`
 	AntagonistThreads int      `json:"antagonistThreads"`
 	AntagonistSize    string   `json:"antagonistSize"`
+	DayWorkloads      int      `json:"dayWorkloads"` // idle workloads the agent manages besides each tidal run's own
 	SLO               string   `json:"slo"`
 	AgentConfig       string   `json:"agentConfig,omitempty"` // extra agent YAML of a what-if run
 }
@@ -44,7 +45,7 @@ func describeOptions(o options) optionsDoc {
 	d := optionsDoc{Command: o.command, Rounds: o.rounds, Scenarios: o.scenarios, Servers: o.servers,
 		Day: o.day.String(), DaySeconds: o.day.Seconds(), Warmup: o.warmup.String(), WarmupSeconds: o.warmup.Seconds(),
 		Phases: phaseSpec(dayPhases(o)), WorkPerRequest: o.work.String(), SLO: slo,
-		BurnerThreads: o.burnerThreads, AntagonistThreads: o.antagonistThreads, AntagonistSize: o.antagonistSize}
+		BurnerThreads: o.burnerThreads, AntagonistThreads: o.antagonistThreads, AntagonistSize: o.antagonistSize, DayWorkloads: o.dayWorkloads}
 	if o.agentConfig != "" {
 		extra, _ := os.ReadFile(o.agentConfig)
 		d.AgentConfig = string(extra)
@@ -82,9 +83,12 @@ type scenarioSummary struct {
 	NodeCPUPercent  stat `json:"nodeCPUPercent"`
 
 	// Tidal only.
-	SpikeToShrink   *spikeStat `json:"spikeToShrink,omitempty"`
-	AgentCPUPercent stat       `json:"agentCPUPercent"`
-	AgentPeakRSSMiB stat       `json:"agentPeakRSSMiB"`
+	SpikeToShrink *spikeStat `json:"spikeToShrink,omitempty"`
+	// ContentionToShrink pools every round's contention-to-shrink reactions (Missed: crossings
+	// without a shrink within contentionTimeout).
+	ContentionToShrink *spikeStat `json:"contentionToShrink,omitempty"`
+	AgentCPUPercent    stat       `json:"agentCPUPercent"`
+	AgentPeakRSSMiB    stat       `json:"agentPeakRSSMiB"`
 }
 
 // phaseStat is a figure of one phase of the day over the rounds.
@@ -200,7 +204,7 @@ func summarize(runs []runResult, server string, o options) []scenarioSummary {
 		sc, _ := scenarioByName(name)
 		s := scenarioSummary{Server: server, Name: name, About: sc.About}
 		var v struct {
-			p50, p99, p999, r50, r99, r999, slo, burner, antagonist, cpu, agentCPU, rss, spike, wait50, wait95 []float64
+			p50, p99, p999, r50, r99, r999, slo, burner, antagonist, cpu, agentCPU, rss, spike, contention, wait50, wait95 []float64
 		}
 		phases := map[string][]float64{}
 		var phaseOrder []string
@@ -245,6 +249,13 @@ func summarize(runs []runResult, server string, o options) []scenarioSummary {
 				} else {
 					s.SpikeToShrink.Missed++
 				}
+				if t.ContentionToShrinkMs != nil {
+					if s.ContentionToShrink == nil {
+						s.ContentionToShrink = &spikeStat{}
+					}
+					v.contention = append(v.contention, t.ContentionToShrinkMs...)
+					s.ContentionToShrink.Missed += t.ContentionMissed
+				}
 			}
 		}
 		s.P50Ms, s.P99Ms, s.P999Ms = statOf(v.p50), statOf(v.p99), statOf(v.p999)
@@ -257,6 +268,9 @@ func summarize(runs []runResult, server string, o options) []scenarioSummary {
 		s.BurnerRatio, s.AntagonistRatio = statOf(v.burner), statOf(v.antagonist)
 		s.NodeCPUPercent = statOf(v.cpu)
 		s.AgentCPUPercent, s.AgentPeakRSSMiB = statOf(v.agentCPU), statOf(v.rss)
+		if c := s.ContentionToShrink; c != nil && len(v.contention) > 0 {
+			c.Samples, c.P50Ms, c.P99Ms = len(v.contention), percentile(v.contention, 0.50), percentile(v.contention, 0.99)
+		}
 		if s.SpikeToShrink != nil && len(v.spike) > 0 {
 			s.SpikeToShrink.Samples = len(v.spike)
 			s.SpikeToShrink.P50Ms = percentile(v.spike, 0.50)

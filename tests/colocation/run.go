@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -44,6 +45,10 @@ type scenarioRun struct {
 	cpu    []nodeCPU    // node CPU readings, once a second
 	waits  []waitSample // the online service's run-queue wait, twice a second
 	watch  *agentWatch  // the agent's lending and actions (tidal only)
+	// contention is the agent's reaction to online work using more than it kept (tidal only).
+	contention *contentionProbe
+	// sleepers are the light workloads the agent manages besides the run's own (tidal only).
+	sleepers []*exec.Cmd
 }
 
 // Timeouts and grace periods of a run.
@@ -115,6 +120,17 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 		}
 		r.agent = a
 		r.procs = append(r.procs, a.proc)
+		// The agent manages as many workloads as a busy node's, so a fast path that waits
+		// on the slow loop's work shows in the figures.
+		for i := 0; i < r.b.opts.dayWorkloads; i++ {
+			c, err := r.b.admitSleeper(a.client, i)
+			if c != nil {
+				r.sleepers = append(r.sleepers, c)
+			}
+			if err != nil {
+				return w, err
+			}
+		}
 	}
 	r.startSamplers(ctx)
 	if r.sc.Online {
@@ -219,6 +235,16 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 		r.watch = newAgentWatch()
 		client := r.agent.client
 		r.bg.every(agentPoll, func(now time.Time) { r.watch.poll(client, now) })
+		if r.sc.Online {
+			r.contention = newContentionProbe(int64(r.b.cpus.Size()) * 1000)
+			sampler := newContentionSampler(r.b.layout, path.Join(r.rel, "tidal"))
+			r.bg.every(contentionEvery, func(now time.Time) {
+				if used, lent, ok := sampler.read(); ok {
+					r.contention.observe(now, used, lent)
+				}
+			})
+			r.bg.onStop(sampler.close)
+		}
 	}
 }
 
@@ -305,6 +331,10 @@ func (r *scenarioRun) cleanup() error {
 	}
 	if r.bg != nil {
 		r.bg.stop()
+	}
+	for _, c := range r.sleepers {
+		_ = c.Process.Kill()
+		_ = c.Wait()
 	}
 	err := removeTree(r.b.layout, r.rel)
 	for _, p := range r.procs { // their commands are gone with the cgroups: the readers end
