@@ -253,7 +253,9 @@ func (a *Agent) writeReclaimedLimits() {
 	if err := errors.Join(a.writer.ApplyUrgent(quotas), a.writer.ApplyUrgent(narrow)); err != nil {
 		a.log.Error("fast path cgroup write failed", "err", err)
 	}
-	a.publish(snap)
+	a.mu.Lock()
+	a.publishLendingLocked(time.Now(), snap)
+	a.mu.Unlock()
 }
 
 // within says whether cgroup p is dir or below it.

@@ -8,6 +8,7 @@ import (
 	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/reporter"
+	"github.com/tidalqos/tidal/sysadvisor/advisor"
 )
 
 // Node condition reasons when the agent cannot vouch for lending.
@@ -22,15 +23,7 @@ func (a *Agent) publish(snap state.Snapshot) {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	plan := a.writtenPlanLocked(now, snap)
-	for _, np := range a.pools {
-		a.metrics.SetPool(np.Node, map[string]int{
-			string(qos.System): np.System.Size(), string(qos.Dedicated): np.Dedicated.Size(),
-			string(qos.Shared): np.Shared.Size(), string(qos.Reclaimed): np.Reclaimed.Size(),
-		}, plan.ReclaimedMilliCPU[np.Node])
-		a.metrics.SetControl(np.Node, a.controlStatusLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]))
-	}
-	a.metrics.SetLendable(a.lendableLocked(now))
+	plan := a.publishLendingLocked(now, snap)
 	a.metrics.SetMemory(a.memoryViewLocked(plan.ReclaimedMemory))
 	a.metrics.SetIO(a.ioView)
 	a.metrics.SetGPUs(gpus)
@@ -54,6 +47,21 @@ func (a *Agent) publish(snap state.Snapshot) {
 	}
 	a.metrics.SetCPUBurst(burst)
 	a.metrics.SetMetricsFresh(a.advisor.Primed())
+}
+
+// publishLendingLocked updates the metrics of what is lent and why: all the fast path changes,
+// so it need not go through every workload as publish does. It returns the written plan.
+func (a *Agent) publishLendingLocked(now time.Time, snap state.Snapshot) advisor.Plan {
+	plan := a.writtenPlanLocked(now, snap)
+	for _, np := range a.pools {
+		a.metrics.SetPool(np.Node, map[string]int{
+			string(qos.System): np.System.Size(), string(qos.Dedicated): np.Dedicated.Size(),
+			string(qos.Shared): np.Shared.Size(), string(qos.Reclaimed): np.Reclaimed.Size(),
+		}, plan.ReclaimedMilliCPU[np.Node])
+		a.metrics.SetControl(np.Node, a.controlStatusLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]))
+	}
+	a.metrics.SetLendable(a.lendableLocked(now))
+	return plan
 }
 
 // lendableLocked is what the node can vouch for lending: nothing while metrics are stale or

@@ -62,7 +62,7 @@ func NewMetrics(writes WriteCounter) *Metrics {
 			Name: "tidal_reclaimed_lent_millicpu", Help: "CPU lent to reclaimed work per NUMA node, in millicores.",
 		}, []string{"numa_node"}),
 		lendableCPU: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tidal_lendable_millicpu", Help: "CPU the node lends to reclaimed work, in millicores (0 when the agent cannot vouch for it).",
+			Name: "tidal_lendable_millicpu", Help: "CPU the node publishes as lendable to reclaimed work (Node resources, the arbiter; at most its pool less online peak usage over cpu.peakWindow with margins), in millicores (0 when the agent cannot vouch for it).",
 		}),
 		lendableMem: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tidal_lendable_memory_bytes", Help: "Memory the node lends to reclaimed work (0 when the agent cannot vouch for it).",
@@ -97,7 +97,7 @@ func NewMetrics(writes WriteCounter) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14),
 		}, []string{"hook", "method"}),
 		usageCeiling: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "tidal_usage_ceiling_millicpu", Help: "Most a NUMA node may lend by online usage: its pool less the predicted online demand, in millicores.",
+			Name: "tidal_usage_ceiling_millicpu", Help: "Most a NUMA node's reclaimed limits may allow by online usage: its pool less the predicted online demand (peak over cpu.limitWindow with margins), in millicores.",
 		}, []string{"numa_node"}),
 		interferenceCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tidal_interference_cap_millicpu", Help: "Most a NUMA node may lend by the interference feedback, in millicores.",

@@ -54,6 +54,8 @@ var scenarios = []scenario{
 	{Name: "tidal-auto", Online: true, Offline: true, Tidal: true,
 		agentConfig: "cpu:\n  mechanism: auto\n  autoMechanism:\n    trial: 5s\n    rounds: 2\n",
 		About:       "tidal with cpu.mechanism auto, 5 s trials (quota, idle, quota, idle), then the choice for the rest of the day"},
+	{Name: "tidal-peak-limits", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  limitWindow: 30s\n",
+		About: "tidal whose limits follow online peak over the 30 s cpu.peakWindow, as before cpu.limitWindow (5 s)"},
 	{Name: "tidal-idle", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: idle\n",
 		About: "tidal with cpu.mechanism idle: the idle class on the reclaimed pool's CPUs, no CFS quota"},
 	{Name: "tidal-shares", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: shares\n",
