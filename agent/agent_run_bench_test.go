@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidalqos/tidal/agent/config"
 )
 
 // BenchmarkRun200 runs the whole agent (every loop, the API, the checkpoints) with its
@@ -44,6 +46,12 @@ func BenchmarkRun200(b *testing.B) {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	reportProcessCPU(b)
+}
+
+// reportProcessCPU lets one second pass per iteration and reports this process's CPU over
+// them as a percentage of one core.
+func reportProcessCPU(b *testing.B) {
 	before, start := processCPU(b), time.Now()
 	b.ResetTimer()
 	for b.Loop() {
@@ -61,3 +69,27 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkTimerFloor is the floor under BenchmarkRun200's figure: a goroutine that does
+// nothing but wake every default fast interval, one second per iteration, as a percentage of
+// one core. On a VM where a timer wake-up is costly this alone is near the agent's 2% budget.
+//
+//	go test -run '^$' -bench 'TimerFloor|Run200' -benchtime 10x ./agent
+func BenchmarkTimerFloor(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(fastIntervalDefault)
+		defer t.Stop()
+		for ctx.Err() == nil {
+			<-t.C // as the fast loop: a timer reset after each tick
+			t.Reset(fastIntervalDefault)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	reportProcessCPU(b)
+}
+
+// fastIntervalDefault is the agent's default loops.fastInterval.
+var fastIntervalDefault = config.Default().Loops.FastInterval

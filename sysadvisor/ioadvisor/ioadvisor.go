@@ -78,9 +78,8 @@ type point struct {
 
 // Advisor holds lending per disk.
 type Advisor struct {
-	cfg      Config
-	disks    []*disk
-	lastGrow time.Time
+	cfg   Config
+	disks []*disk
 }
 
 // New starts every disk at its floor.
