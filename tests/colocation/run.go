@@ -122,7 +122,7 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 		r.procs = append(r.procs, a.proc)
 		// The agent manages as many workloads as a busy node's, so a fast path that waits
 		// on the slow loop's work shows in the figures.
-		for i := 0; i < r.b.opts.dayWorkloads; i++ {
+		for i := 0; i < r.b.opts.dayWorkloads && !r.sc.onlyOwnWorkloads; i++ {
 			c, err := r.b.admitSleeper(a.client, i)
 			if c != nil {
 				r.sleepers = append(r.sleepers, c)

@@ -19,6 +19,8 @@ type scenario struct {
 	About string
 	// agentConfig is the agent YAML of a tidal variant (a CPU mechanism other than the default).
 	agentConfig string
+	// onlyOwnWorkloads: the agent manages only the run's own workloads, not -day-workloads.
+	onlyOwnWorkloads bool
 }
 
 // Default cgroup v1 CPU shares, and the loadgen's: high enough that the measuring side never
@@ -56,6 +58,8 @@ var scenarios = []scenario{
 		About:       "tidal with cpu.mechanism auto, 5 s trials (quota, idle, quota, idle), then the choice for the rest of the day"},
 	{Name: "tidal-peak-limits", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  limitWindow: 30s\n",
 		About: "tidal whose limits follow online peak over the 30 s cpu.peakWindow, as before cpu.limitWindow (5 s)"},
+	{Name: "tidal-own-only", Online: true, Offline: true, Tidal: true, onlyOwnWorkloads: true,
+		About: "tidal managing only the run's own workloads (not the -day-workloads idle ones)"},
 	{Name: "tidal-idle", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: idle\n",
 		About: "tidal with cpu.mechanism idle: the idle class on the reclaimed pool's CPUs, no CFS quota"},
 	{Name: "tidal-shares", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: shares\n",
