@@ -38,6 +38,7 @@ import (
 	"github.com/tidalqos/tidal/sysadvisor/interference"
 	"github.com/tidalqos/tidal/sysadvisor/ioadvisor"
 	"github.com/tidalqos/tidal/sysadvisor/mechanism"
+	"github.com/tidalqos/tidal/sysadvisor/rate"
 	"github.com/tidalqos/tidal/sysadvisor/topology"
 )
 
@@ -116,7 +117,7 @@ type Agent struct {
 	// completedPasses is passes as status reads it.
 	completedPasses atomic.Uint64
 	// fast is the fast path's window (its goroutine only).
-	fast fastWindow
+	fast *rate.Window
 
 	// CPU starvation eviction (issue 12). starvation, its meter and its last reading's time
 	// are the slow loop's; satisfaction (the latest figure of each reclaimed workload, for
@@ -255,7 +256,7 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 	if err := a.newSources(); err != nil {
 		return nil, err
 	}
-	a.fast = newFastWindow(cfg.Loops.FastWindow)
+	a.fast = rate.NewWindow(cfg.Loops.FastWindow)
 	if err := a.restore(); err != nil {
 		return nil, err
 	}

@@ -9,38 +9,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
+	"github.com/tidalqos/tidal/sysadvisor/rate"
 )
-
-// fastWindow turns a cumulative CPU counter sampled every tick into a rate over a short window.
-type fastWindow struct {
-	window time.Duration
-	t      []time.Time
-	used   []time.Duration
-}
-
-func newFastWindow(window time.Duration) fastWindow { return fastWindow{window: window} }
-
-// add records a reading and returns the usage rate in millicores over the window, once the
-// window is covered.
-func (f *fastWindow) add(now time.Time, used time.Duration) (int64, bool) {
-	f.t, f.used = append(f.t, now), append(f.used, used)
-	cut := 0
-	for cut < len(f.t)-1 && now.Sub(f.t[cut+1]) >= f.window {
-		cut++
-	}
-	f.t, f.used = f.t[cut:], f.used[cut:]
-	span := now.Sub(f.t[0])
-	if span < f.window || span <= 0 {
-		return 0, false
-	}
-	return state.Milli(used-f.used[0], span), true
-}
 
 // idleFastTicks: while every NUMA node lends only its minimum, the fast path has nothing to
 // cut, and samples this many times less often (it only keeps its window warm). The first
@@ -67,7 +42,7 @@ func (a *Agent) fastLoop(ctx context.Context) {
 			if ticks%onlineRefreshTicks == 0 {
 				plus, minus := a.onlineCgroups()
 				if c.set(plus, minus) {
-					a.fast = newFastWindow(a.cfg.Loops.FastWindow)
+					a.fast = rate.NewWindow(a.cfg.Loops.FastWindow)
 				}
 			}
 			ticks++
@@ -76,10 +51,10 @@ func (a *Agent) fastLoop(ctx context.Context) {
 				// Stamp the reading when it was taken: a late tick carries its scheduled
 				// time, and a rate over a window it does not cover would be overstated.
 				now := time.Now()
-				rate, full := a.fast.add(now, used)
+				milli, full := a.fast.Add(now, used)
 				cuttable := true
 				if full {
-					cuttable = a.spike(now, rate)
+					cuttable = a.spike(now, milli)
 				}
 				if !cuttable {
 					next *= idleFastTicks

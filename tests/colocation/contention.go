@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+	"github.com/tidalqos/tidal/sysadvisor/rate"
 )
 
 // The contention probe measures the agent's reaction to online spikes independently of the
@@ -30,7 +31,7 @@ const (
 // contentionProbe turns samples of online CPU time and lent CPU into reaction times.
 type contentionProbe struct {
 	poolMilli int64
-	hist      []usagePoint
+	online    *rate.Window
 	// armed: online use was under the threshold since the last event, so a new crossing is a
 	// new event (one long spike counts once).
 	armed   bool
@@ -48,28 +49,16 @@ type contentionEvent struct {
 	Missed bool
 }
 
-type usagePoint struct {
-	t    time.Time
-	used time.Duration
-}
-
 func newContentionProbe(poolMilli int64) *contentionProbe {
-	return &contentionProbe{poolMilli: poolMilli}
+	return &contentionProbe{poolMilli: poolMilli, online: rate.NewWindow(contentionWindow)}
 }
 
 // observe takes one sample: online work's cumulative CPU time and the CPU lent now.
 func (p *contentionProbe) observe(now time.Time, online time.Duration, lentMilli int64) {
-	p.hist = append(p.hist, usagePoint{now, online})
-	cut := 0
-	for cut < len(p.hist)-1 && now.Sub(p.hist[cut+1].t) >= contentionWindow {
-		cut++
-	}
-	p.hist = p.hist[cut:]
-	span := now.Sub(p.hist[0].t)
-	if span < contentionWindow {
+	milli, ok := p.online.Add(now, online)
+	if !ok {
 		return
 	}
-	rate := int64(float64(online-p.hist[0].used) / float64(span) * 1000)
 	threshold := int64(agentSpikeShare * float64(p.poolMilli-lentMilli))
 	switch {
 	case p.pending && lentMilli < p.lentAt0:
@@ -78,14 +67,14 @@ func (p *contentionProbe) observe(now time.Time, online time.Duration, lentMilli
 	case p.pending && now.Sub(p.t0) > contentionTimeout:
 		p.events = append(p.events, contentionEvent{At: p.t0, Missed: true})
 		p.pending, p.armed = false, false
-	case p.pending && rate <= threshold:
+	case p.pending && milli <= threshold:
 		// A blip over the threshold for a sample or two (a burst of requests), gone before
 		// the agent's next reading could confirm it: not a spike to cut.
 		p.pending = false
 	case p.pending:
-	case p.armed && lentMilli > agentMinMilliCPU && rate > threshold:
+	case p.armed && lentMilli > agentMinMilliCPU && milli > threshold:
 		p.pending, p.t0, p.lentAt0 = true, now, lentMilli
-	case rate <= threshold:
+	case milli <= threshold:
 		p.armed = true
 	}
 }
@@ -98,6 +87,7 @@ type contentionSampler struct {
 	counter         *cgroupfs.CPUCounter
 	quota           *os.File
 	periodMicros    int64
+	buf             []byte
 }
 
 func newContentionSampler(layout *cgroupfs.Layout, agentRoot string) *contentionSampler {
@@ -137,9 +127,11 @@ func (s *contentionSampler) read() (time.Duration, int64, bool) {
 	if err != nil {
 		return 0, 0, false
 	}
-	buf := make([]byte, 64)
-	n, _ := s.quota.ReadAt(buf, 0)
-	lent, ok := lentOfQuota(string(buf[:n]), s.periodMicros)
+	if s.buf == nil {
+		s.buf = make([]byte, 64)
+	}
+	n, _ := s.quota.ReadAt(s.buf, 0)
+	lent, ok := lentOfQuota(string(s.buf[:n]), s.periodMicros)
 	return used, lent, ok
 }
 

@@ -1,0 +1,33 @@
+// Package rate turns a cumulative CPU-time counter, read again and again, into a usage rate
+// over a sliding window: the fast path's view of online work, and the colocation benchmark's
+// probe of the same.
+package rate
+
+import "time"
+
+// Window keeps the readings of the last window.
+type Window struct {
+	window time.Duration
+	t      []time.Time
+	used   []time.Duration
+}
+
+// NewWindow returns an empty window of the given length.
+func NewWindow(window time.Duration) *Window { return &Window{window: window} }
+
+// Add records a reading (the counter's total at now) and returns the usage rate in
+// millicores over the window, once readings cover it.
+func (w *Window) Add(now time.Time, used time.Duration) (milli int64, ok bool) {
+	w.t, w.used = append(w.t, now), append(w.used, used)
+	cut := 0
+	for cut < len(w.t)-1 && now.Sub(w.t[cut+1]) >= w.window {
+		cut++
+	}
+	w.t, w.used = w.t[cut:], w.used[cut:]
+	span := now.Sub(w.t[0])
+	if span < w.window || span <= 0 {
+		return 0, false
+	}
+	// A counter that went back (a cgroup re-created) reads as no use, not as negative use.
+	return int64(float64(max(used-w.used[0], 0)) / float64(span) * 1000), true
+}
