@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/threadtick"
 )
 
 // BenchmarkRun200 runs the whole agent (every loop, the API, the checkpoints) with its
@@ -72,20 +73,40 @@ func processCPU(b *testing.B) time.Duration {
 
 // BenchmarkTimerFloor is the floor under BenchmarkRun200's figure: a goroutine that does
 // nothing but wake every default fast interval, one second per iteration, as a percentage of
-// one core. On a VM where a timer wake-up is costly this alone is near the agent's 2% budget.
+// one core, paced as the fast loop paces itself (thread-sleep) and by a Go runtime timer (the
+// fast loop before threadtick). On a VM where a wake-up is costly this alone is a large part
+// of the agent's 2% budget.
 //
 //	go test -run '^$' -bench 'TimerFloor|Run200' -benchtime 10x ./agent
 func BenchmarkTimerFloor(b *testing.B) {
+	b.Run("thread-sleep", func(b *testing.B) {
+		runTicking(b, func(ctx context.Context) {
+			pace := threadtick.Start()
+			defer pace.Stop()
+			for ctx.Err() == nil {
+				pace.Sleep(fastIntervalDefault)
+			}
+		})
+	})
+	b.Run("runtime-timer", func(b *testing.B) {
+		runTicking(b, func(ctx context.Context) {
+			t := time.NewTimer(fastIntervalDefault)
+			defer t.Stop()
+			for ctx.Err() == nil {
+				<-t.C
+				t.Reset(fastIntervalDefault)
+			}
+		})
+	})
+}
+
+// runTicking reports the process's CPU while tick runs on its own goroutine.
+func runTicking(b *testing.B, tick func(context.Context)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTimer(fastIntervalDefault)
-		defer t.Stop()
-		for ctx.Err() == nil {
-			<-t.C // as the fast loop: a timer reset after each tick
-			t.Reset(fastIntervalDefault)
-		}
+		tick(ctx)
 	}()
 	defer func() { cancel(); <-done }()
 	reportProcessCPU(b)
