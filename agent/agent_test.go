@@ -236,7 +236,7 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	// An online spike: the fast path's narrow write cuts the reclaimed pool's cpuset (of the
 	// tier and its workload) and with the quota mechanism the tier's quota, nothing else.
 	writes := a.writer.Stats().Writes
-	a.spike(time.Now(), 2900)
+	a.spike(time.Now(), 2900, 0)
 	if got, want := limit(), map[bool]string{true: "10000 100000", false: "2"}[mechanism == plugins.MechanismQuota]; got != want {
 		t.Errorf("reclaimed limit %q after the spike, want %q", got, want)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
 	"github.com/tidalqos/tidal/sysadvisor/rate"
@@ -55,7 +56,11 @@ func (a *Agent) fastLoop(ctx context.Context) {
 			milli, full := a.fast.Add(now, used)
 			cuttable := true
 			if full {
-				cuttable = a.spike(now, milli)
+				var burst int64
+				if d := a.cfg.Loops.FastBurstWindow; d > 0 {
+					burst, _ = a.fast.Over(d)
+				}
+				cuttable = a.spike(now, milli, burst)
 			}
 			if !cuttable {
 				next *= idleFastTicks
@@ -142,10 +147,11 @@ func (c *onlineCounters) close() {
 	}
 }
 
-// spike hands the online rate, split over NUMA nodes by pool size, to the advisor and, if
-// that shrank lending, writes the reclaimed limits at once.
-// It reports whether any node still lends more than its minimum (something a spike could cut).
-func (a *Agent) spike(now time.Time, onlineMilli int64) (cuttable bool) {
+// spike hands the online rates (over the fast window and the burst window), split over NUMA
+// nodes by pool size, to the advisor and, if that shrank lending, writes the reclaimed limits
+// at once. It reports whether any node still lends more than its minimum (something a spike
+// could cut).
+func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) (cuttable bool) {
 	a.mu.Lock()
 	var total int64
 	for _, np := range a.pools {
@@ -156,8 +162,10 @@ func (a *Agent) spike(now time.Time, onlineMilli int64) (cuttable bool) {
 		if total == 0 {
 			break
 		}
-		share := onlineMilli * int64(np.Shared.Size()) / total
-		if c := a.advisor.Spike(now, np.Node, share); c != nil {
+		size := int64(np.Shared.Size())
+		r := advisor.SpikeRates{WindowMilli: onlineMilli * size / total, BurstMilli: burstMilli * size / total,
+			Window: a.cfg.Loops.FastWindow, Burst: a.cfg.Loops.FastBurstWindow}
+		if c := a.advisor.Spike(now, np.Node, r); c != nil {
 			a.actionLocked("throttle", "online-spike", c.Reason)
 			changed = true
 		}

@@ -252,6 +252,10 @@ type Loops struct {
 	FastInterval time.Duration `yaml:"fastInterval"`
 	// FastWindow: usage over this window drives the fast path.
 	FastWindow time.Duration `yaml:"fastWindow"`
+	// FastBurstWindow: online work that used all the CPU it kept over this shorter window
+	// also shrinks lending at once (0: off). It sees a sudden spike sooner than FastWindow's
+	// threshold can.
+	FastBurstWindow time.Duration `yaml:"fastBurstWindow"`
 	// MetricsStaleAfter: older metrics make the reclaimed pool fall to its
 	// minimum.
 	MetricsStaleAfter time.Duration `yaml:"metricsStaleAfter"`
@@ -391,6 +395,7 @@ func Default() Config {
 			SlowInterval:      time.Second,
 			FastInterval:      10 * time.Millisecond,
 			FastWindow:        30 * time.Millisecond,
+			FastBurstWindow:   10 * time.Millisecond,
 			MetricsStaleAfter: 5 * time.Second,
 			PSIStallThreshold: 100 * time.Millisecond,
 			PSIWindow:         2 * time.Second,

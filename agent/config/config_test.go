@@ -117,6 +117,7 @@ loops:
   slowInterval: 2s
   fastInterval: 5ms
   fastWindow: 20ms
+  fastBurstWindow: 15ms
   metricsStaleAfter: 10s
   psiStallThreshold: 100ms
   psiWindow: 1s
@@ -191,6 +192,7 @@ func fullExampleConfig() Config {
 			SlowInterval:      2 * time.Second,
 			FastInterval:      5 * time.Millisecond,
 			FastWindow:        20 * time.Millisecond,
+			FastBurstWindow:   15 * time.Millisecond,
 			MetricsStaleAfter: 10 * time.Second,
 			PSIStallThreshold: 100 * time.Millisecond,
 			PSIWindow:         time.Second,
@@ -592,6 +594,7 @@ func TestValidateBoundaries(t *testing.T) {
 		"loops.slowInterval":         func(c *Config) { c.Loops.SlowInterval = 99 * time.Millisecond },
 		"loops.fastInterval":         func(c *Config) { c.Loops.FastInterval = c.Loops.SlowInterval },
 		"loops.fastWindow":           func(c *Config) { c.Loops.FastWindow = c.Loops.FastInterval - 1 },
+		"loops.fastBurstWindow":      func(c *Config) { c.Loops.FastBurstWindow = c.Loops.FastWindow + 1 },
 		"loops.metricsStaleAfter":    func(c *Config) { c.Loops.MetricsStaleAfter = c.Loops.SlowInterval },
 		"loops.psiWindow": func(c *Config) {
 			c.Loops.PSIWindow = 499 * time.Millisecond

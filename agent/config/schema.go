@@ -315,6 +315,14 @@ var schema = []*entry{
 			}, func(c *Config) string {
 				return fmt.Sprintf("a duration >= loops.fastInterval (%v)", c.Loops.FastInterval)
 			}, "loops.fastInterval"),
+		leaf("fastBurstWindow", kindDuration, func(c *Config) *time.Duration { return &c.Loops.FastBurstWindow },
+			`0 (off) or a duration in [loops.fastInterval, loops.fastWindow], such as "10ms"`, nil).
+			cross(func(c *Config) bool {
+				d := c.Loops.FastBurstWindow
+				return d == 0 || d >= c.Loops.FastInterval && d <= c.Loops.FastWindow
+			}, func(c *Config) string {
+				return fmt.Sprintf("0 (off) or a duration in [loops.fastInterval (%v), loops.fastWindow (%v)]", c.Loops.FastInterval, c.Loops.FastWindow)
+			}, "loops.fastInterval", "loops.fastWindow"),
 		leaf("metricsStaleAfter", kindDuration, func(c *Config) *time.Duration { return &c.Loops.MetricsStaleAfter },
 			`a duration > loops.slowInterval, such as "5s"`, nil).
 			cross(func(c *Config) bool {

@@ -465,26 +465,45 @@ func (a *Advisor) predict(demand int64) int64 {
 	return int64(float64(demand)*(1+a.cfg.SafetyMarginRatio)) + a.cfg.SafetyMarginMilliCPU
 }
 
-// Spike is the fast path: online work on a NUMA node just used onlineMilli. When that crosses
-// the spike threshold of what online work kept for itself, the node's lending shrinks at once
-// to what the new demand leaves, and the usage enters the history so the slow loop does not
-// grow it straight back. It returns nil when nothing changed.
-func (a *Advisor) Spike(now time.Time, node int, onlineMilli int64) *Change {
+// SpikeRates is online work's CPU use on a NUMA node as the fast path sees it: over its
+// window and over the shorter burst window (0 when that is off or not covered yet).
+type SpikeRates struct {
+	WindowMilli, BurstMilli int64
+	Window, Burst           time.Duration // the windows' lengths, for the reason
+}
+
+// Spike is the fast path. It shrinks a node's lending at once when online work crosses
+// either of two thresholds of the CPU it kept for itself:
+//   - over the fast window, the spike threshold of it;
+//   - over the burst window, all of it.
+//
+// The burst window sees a sudden spike in a third of the time the fast window needs, at a
+// threshold high enough that a busy but unsaturated workload does not cross it. The node's
+// lending shrinks to what the new demand leaves, and the usage enters the history so the
+// slow loop does not grow it straight back. It returns nil when nothing changed.
+func (a *Advisor) Spike(now time.Time, node int, r SpikeRates) *Change {
 	cur, ok := a.plan.ReclaimedMilliCPU[node]
 	if !ok {
 		return nil
 	}
 	kept := a.pool[node] - cur
-	if float64(onlineMilli) <= a.cfg.SpikeThreshold*float64(kept) {
+	var why string
+	switch {
+	case float64(r.WindowMilli) > a.cfg.SpikeThreshold*float64(kept):
+		why = fmt.Sprintf("online spike %dm over %v > %.0f%% of the %dm it kept", r.WindowMilli, r.Window, 100*a.cfg.SpikeThreshold, kept)
+	case r.BurstMilli > kept:
+		why = fmt.Sprintf("online burst %dm over %v > the %dm it kept", r.BurstMilli, r.Burst, kept)
+	default:
 		return nil
 	}
-	a.cpu[node] = record(a.cpu[node], now, onlineMilli, a.cfg.PeakWindow)
-	target := a.cpuTarget(node, onlineMilli)
+	demand := max(r.WindowMilli, r.BurstMilli)
+	a.cpu[node] = record(a.cpu[node], now, demand, a.cfg.PeakWindow)
+	target := a.cpuTarget(node, demand)
 	if target >= cur {
 		return nil
 	}
 	a.plan.ReclaimedMilliCPU[node] = target
-	return &Change{"shrink", fmt.Sprintf("numa %d: online spike %dm > %.0f%% of the %dm it kept: reclaimed CPU %dm -> %dm", node, onlineMilli, 100*a.cfg.SpikeThreshold, kept, cur, target)}
+	return &Change{"shrink", fmt.Sprintf("numa %d: %s: reclaimed CPU %dm -> %dm", node, why, cur, target)}
 }
 
 // record appends a point and drops those older than the window.

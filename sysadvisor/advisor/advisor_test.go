@@ -96,6 +96,27 @@ func TestNeverBelowMinimumNorAbovePool(t *testing.T) {
 	}
 }
 
+func TestBurstOverWhatOnlineKeptShrinksAtOnce(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(0, 0)
+	for i := 0; i < 20; i++ {
+		a.Step(sample(t0, i, 500))
+	}
+	// Online kept 750m. Over the fast window the burst has not shown yet (300m, under 600m);
+	// over the burst window it used 900m, more than all it kept.
+	ch := a.Spike(t0.Add(20*time.Second), 0, SpikeRates{WindowMilli: 300, BurstMilli: 900, Window: 30 * time.Millisecond, Burst: 10 * time.Millisecond})
+	if ch == nil || ch.Kind != "shrink" {
+		t.Fatal("a burst over all online kept did not shrink")
+	}
+	if !strings.Contains(ch.Reason, "online burst 900m over 10ms > the 750m it kept") {
+		t.Errorf("reason %q does not name the burst window's figures", ch.Reason)
+	}
+	// The burst is the demand: 4000 - 900*1.1 - 200 = 2810m.
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 2810 {
+		t.Fatalf("after the burst lends %dm, want 2810m", got)
+	}
+}
+
 func TestSpikeShrinksAtOnce(t *testing.T) {
 	a := New(testConfig())
 	t0 := time.Unix(0, 0)
@@ -103,10 +124,10 @@ func TestSpikeShrinksAtOnce(t *testing.T) {
 		a.Step(sample(t0, i, 500))
 	}
 	// Online kept 4000-3250 = 750m; 0.8 of that is 600m.
-	if ch := a.Spike(t0.Add(20*time.Second), 0, 550); ch != nil {
-		t.Fatalf("550m is under the threshold but shrank: %+v", ch)
+	if ch := a.Spike(t0.Add(20*time.Second), 0, SpikeRates{WindowMilli: 550, BurstMilli: 700}); ch != nil {
+		t.Fatalf("550m (700m over the burst window) is under the thresholds but shrank: %+v", ch)
 	}
-	ch := a.Spike(t0.Add(20*time.Second), 0, 2500)
+	ch := a.Spike(t0.Add(20*time.Second), 0, SpikeRates{WindowMilli: 2500})
 	if ch == nil || ch.Kind != "shrink" {
 		t.Fatal("a 2500m spike did not shrink")
 	}
@@ -118,7 +139,7 @@ func TestSpikeShrinksAtOnce(t *testing.T) {
 	if got := a.Plan().ReclaimedMilliCPU[0]; got > 1050 {
 		t.Fatalf("slow loop grew back to %dm right after a spike", got)
 	}
-	if a.Spike(t0, 7, 9999) != nil {
+	if a.Spike(t0, 7, SpikeRates{WindowMilli: 9999}) != nil {
 		t.Error("spike on an unknown NUMA node changed the plan")
 	}
 }

@@ -31,3 +31,17 @@ func (w *Window) Add(now time.Time, used time.Duration) (milli int64, ok bool) {
 	// A counter that went back (a cgroup re-created) reads as no use, not as negative use.
 	return int64(float64(max(used-w.used[0], 0)) / float64(span) * 1000), true
 }
+
+// Over returns the usage rate in millicores over about the last d: from the newest reading
+// at least three quarters of d old to the latest one (d must not exceed the window). Readings
+// come at a period with some jitter; asking for a span of exactly d would, half the time,
+// reach back a whole period further and halve a burst that lasts d.
+func (w *Window) Over(d time.Duration) (milli int64, ok bool) {
+	last := len(w.t) - 1
+	for i := last - 1; i >= 0; i-- {
+		if span := w.t[last].Sub(w.t[i]); span >= d-d/4 && span > 0 {
+			return int64(float64(max(w.used[last]-w.used[i], 0)) / float64(span) * 1000), true
+		}
+	}
+	return 0, false
+}

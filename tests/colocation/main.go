@@ -1,6 +1,6 @@
 // Command colocation is tidal's colocation benchmark. On this machine, as root, it runs an
 // online HTTP service (nginx from Debian's packages, and tidal's own Go server: -servers) and
-// offline work (a CPU burner and a cache antagonist) side by side under thirteen scenarios, each
+// offline work (a CPU burner and a cache antagonist) side by side under fourteen scenarios, each
 // driven through the same compressed tidal day of load:
 //
 //	online-alone    the online service alone: the latency baseline
@@ -14,6 +14,7 @@
 //	tidal-absolute  tidal with absolute run-queue wait targets only (no baselines)
 //	tidal-auto      tidal with cpu.mechanism auto (5 s trials)
 //	tidal-peak-limits tidal whose limits follow the 30 s peak window (cpu.limitWindow 30s)
+//	tidal-no-burst  tidal without the fast path's burst window (loops.fastBurstWindow 0)
 //	tidal-own-only  tidal managing only the run's own workloads (no -day-workloads)
 //	tidal-idle      tidal with cpu.mechanism idle
 //	tidal-shares    tidal with cpu.mechanism shares

@@ -58,6 +58,8 @@ var scenarios = []scenario{
 		About:       "tidal with cpu.mechanism auto, 5 s trials (quota, idle, quota, idle), then the choice for the rest of the day"},
 	{Name: "tidal-peak-limits", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  limitWindow: 30s\n",
 		About: "tidal whose limits follow online peak over the 30 s cpu.peakWindow, as before cpu.limitWindow (5 s)"},
+	{Name: "tidal-no-burst", Online: true, Offline: true, Tidal: true, agentConfig: "loops:\n  fastBurstWindow: 0s\n",
+		About: "tidal without the fast path's burst window (loops.fastBurstWindow 0): spikes seen over the 30 ms window only"},
 	{Name: "tidal-own-only", Online: true, Offline: true, Tidal: true, onlyOwnWorkloads: true,
 		About: "tidal managing only the run's own workloads (not the -day-workloads idle ones)"},
 	{Name: "tidal-idle", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: idle\n",

@@ -17,7 +17,15 @@ import (
 )
 
 // BuildTidal builds cmd/tidal into a temporary folder for a suite's TestMain; cleanup removes it.
+// TIDAL_BIN names a binary to use instead (an A/B of two builds under the same tests).
 func BuildTidal() (bin string, cleanup func(), err error) {
+	if prebuilt := os.Getenv("TIDAL_BIN"); prebuilt != "" {
+		// A binary built before (an A/B of two commits' binaries under the same tests).
+		if _, err := os.Stat(prebuilt); err != nil {
+			return "", nil, fmt.Errorf("TIDAL_BIN: %w", err)
+		}
+		return prebuilt, func() {}, nil
+	}
 	dir, err := os.MkdirTemp("", "tidal-bin-")
 	if err != nil {
 		return "", nil, err
