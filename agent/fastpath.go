@@ -173,9 +173,7 @@ func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) (cuttable bo
 	if changed {
 		a.planGeneration++
 	}
-	for node, lent := range a.advisor.Plan().ReclaimedMilliCPU {
-		cuttable = cuttable || lent > min(a.cfg.CPU.MinReclaimedMilliCPU, a.poolMilliLocked(node))
-	}
+	cuttable = a.advisor.LendsAboveMinimum()
 	a.mu.Unlock()
 	if changed {
 		a.writeReclaimedLimits()

@@ -201,6 +201,17 @@ func (a *Advisor) MemoryDemand() int64 { return peakOf(a.mem) + a.cfg.SafetyMarg
 func (a *Advisor) Primed() bool { return a.primed }
 
 // minCPU is the floor of what a NUMA node lends: never more than its pool.
+// LendsAboveMinimum says whether any NUMA node lends more than its minimum: something a
+// spike could cut. The fast path asks every tick, so it allocates nothing.
+func (a *Advisor) LendsAboveMinimum() bool {
+	for node, lent := range a.plan.ReclaimedMilliCPU {
+		if lent > a.minCPU(node) {
+			return true
+		}
+	}
+	return false
+}
+
 func (a *Advisor) minCPU(node int) int64 {
 	return min(a.cfg.MinReclaimedMilliCPU, a.pool[node])
 }

@@ -150,7 +150,13 @@ func TestResetFallsToMinimum(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		a.Step(sample(t0, i, 500))
 	}
+	if !a.LendsAboveMinimum() {
+		t.Fatal("lending grown over 20 steps, but not above the minimum")
+	}
 	ch := a.Reset("metrics stale")
+	if a.LendsAboveMinimum() {
+		t.Error("at the minimum, but still something to cut")
+	}
 	p := a.Plan()
 	if p.ReclaimedMilliCPU[0] != 100 || p.ReclaimedMemory != 256<<20 {
 		t.Fatalf("after reset plan = %+v", p)

@@ -14,8 +14,9 @@ import (
 
 // The contention probe measures the agent's reaction to online spikes independently of the
 // agent: from the first moment online work uses more than the agent's spike threshold of the
-// CPU it kept (the pool less what is lent, read from the reclaimed tier's CFS quota), over
-// the fast path's window, to the moment that quota falls; a crossing that ends before the
+// CPU it kept (the pool less what is lent, read from the reclaimed tier's CFS quota) over
+// the fast path's window, or more than all of it over the burst window, to the moment that
+// quota falls; a crossing that ends before the
 // quota falls was a blip, not a spike. (Online work rarely gets to use more than all it
 // kept: the agent cuts at the threshold.) It samples every contentionEvery,
 // so a figure is at most that much late; the kernel charges a running task's CPU time at its
@@ -23,6 +24,7 @@ import (
 const (
 	contentionEvery   = 2 * time.Millisecond
 	contentionWindow  = 30 * time.Millisecond // the agent's default loops.fastWindow
+	contentionBurst   = 10 * time.Millisecond // the agent's default loops.fastBurstWindow
 	contentionTimeout = time.Second           // no shrink within this: a miss
 	agentSpikeShare   = 0.8                   // the agent's default cpu.spikeThreshold
 	agentMinMilliCPU  = 100                   // the agent's default cpu.minReclaimedMilliCPU: nothing to cut at or under it
@@ -59,7 +61,11 @@ func (p *contentionProbe) observe(now time.Time, online time.Duration, lentMilli
 	if !ok {
 		return
 	}
-	threshold := int64(agentSpikeShare * float64(p.poolMilli-lentMilli))
+	// Sampled every 2 ms, the burst window spans 8 ms here rather than the agent's 10 ms: a
+	// crossing shows no later than the agent can see it.
+	burst, _ := p.online.Over(contentionBurst)
+	kept := p.poolMilli - lentMilli
+	over := milli > int64(agentSpikeShare*float64(kept)) || burst > kept
 	switch {
 	case p.pending && lentMilli < p.lentAt0:
 		p.events = append(p.events, contentionEvent{At: p.t0, Ms: float64(now.Sub(p.t0).Microseconds()) / 1000})
@@ -67,14 +73,14 @@ func (p *contentionProbe) observe(now time.Time, online time.Duration, lentMilli
 	case p.pending && now.Sub(p.t0) > contentionTimeout:
 		p.events = append(p.events, contentionEvent{At: p.t0, Missed: true})
 		p.pending, p.armed = false, false
-	case p.pending && milli <= threshold:
+	case p.pending && !over:
 		// A blip over the threshold for a sample or two (a burst of requests), gone before
 		// the agent's next reading could confirm it: not a spike to cut.
 		p.pending = false
 	case p.pending:
-	case p.armed && lentMilli > agentMinMilliCPU && milli > threshold:
+	case p.armed && lentMilli > agentMinMilliCPU && over:
 		p.pending, p.t0, p.lentAt0 = true, now, lentMilli
-	case milli <= threshold:
+	case !over:
 		p.armed = true
 	}
 }
