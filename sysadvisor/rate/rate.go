@@ -28,8 +28,13 @@ func (w *Window) Add(now time.Time, used time.Duration) (milli int64, ok bool) {
 	if span < w.window || span <= 0 {
 		return 0, false
 	}
-	// A counter that went back (a cgroup re-created) reads as no use, not as negative use.
-	return int64(float64(max(used-w.used[0], 0)) / float64(span) * 1000), true
+	return milliOver(used-w.used[0], span), true
+}
+
+// milliOver is CPU time used over span as millicores. A counter that went back (a cgroup
+// re-created) reads as no use, not as negative use.
+func milliOver(used, span time.Duration) int64 {
+	return int64(float64(max(used, 0)) / float64(span) * 1000)
 }
 
 // Over returns the usage rate in millicores over about the last d: from the newest reading
@@ -40,7 +45,7 @@ func (w *Window) Over(d time.Duration) (milli int64, ok bool) {
 	last := len(w.t) - 1
 	for i := last - 1; i >= 0; i-- {
 		if span := w.t[last].Sub(w.t[i]); span >= d-d/4 && span > 0 {
-			return int64(float64(max(w.used[last]-w.used[i], 0)) / float64(span) * 1000), true
+			return milliOver(w.used[last]-w.used[i], span), true
 		}
 	}
 	return 0, false

@@ -20,7 +20,6 @@ import (
 // TIDAL_BIN names a binary to use instead (an A/B of two builds under the same tests).
 func BuildTidal() (bin string, cleanup func(), err error) {
 	if prebuilt := os.Getenv("TIDAL_BIN"); prebuilt != "" {
-		// A binary built before (an A/B of two commits' binaries under the same tests).
 		if _, err := os.Stat(prebuilt); err != nil {
 			return "", nil, fmt.Errorf("TIDAL_BIN: %w", err)
 		}
