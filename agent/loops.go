@@ -143,7 +143,8 @@ func (a *Agent) sample(now time.Time, snap state.Snapshot, pools plugins.Pools) 
 	}
 
 	// Online use of each node's shared pool = busy time of its CPUs less reclaimed work's share
-	// (split over nodes by where the reclaimed pool lies).
+	// (split over nodes by where the reclaimed pool lies). Busy time includes the hypervisor's
+	// steal on a VM, so CPU the host takes counts against what can be lent.
 	reclaimedMilli := state.Milli(reclaimedCPU-prev.reclaimed, elapsed)
 	reclaimedCPUs := 0
 	for _, np := range pools {

@@ -17,8 +17,11 @@ import (
 
 // CPUTime is one CPU's time since boot, in seconds.
 type CPUTime struct {
-	Busy  float64 // Total minus idle and iowait
+	Busy  float64 // Total minus idle and iowait; steal included
 	Total float64
+	// Steal is time a virtual CPU had work but its hypervisor ran something else. It counts
+	// as busy: for lending, CPU the host takes is CPU that is not there to lend.
+	Steal float64
 }
 
 // ReadCPUTimes reads per-CPU times from procRoot/stat, keyed by CPU ID.
@@ -40,7 +43,7 @@ func ReadCPUTimes(procRoot string) (map[int]CPUTime, error) {
 		// guest and guest_nice are already counted in user and nice, so
 		// adding them would count virtual machine time twice.
 		total := s.User + s.Nice + s.System + s.Idle + s.Iowait + s.IRQ + s.SoftIRQ + s.Steal
-		times[int(id)] = CPUTime{Busy: total - s.Idle - s.Iowait, Total: total}
+		times[int(id)] = CPUTime{Busy: total - s.Idle - s.Iowait, Total: total, Steal: s.Steal}
 	}
 	return times, nil
 }

@@ -48,16 +48,17 @@ func TestReadCPUTimesFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	// cpu0: user+nice+system+idle+iowait+irq+softirq+steal = 1020 ticks, of
-	// which idle+iowait = 850; guest (20) is inside user already.
+	// which idle+iowait = 850; guest (20) is inside user already. cpu1's steal (10) is
+	// busy time too.
 	want := map[int]CPUTime{
 		0: {Busy: 1.70, Total: 10.20},
-		1: {Busy: 3.10, Total: 11.60},
+		1: {Busy: 3.10, Total: 11.60, Steal: 0.10},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d CPUs (%v), want %d", len(got), got, len(want))
 	}
 	for id, w := range want {
-		if g := got[id]; !near(g.Busy, w.Busy) || !near(g.Total, w.Total) {
+		if g := got[id]; !near(g.Busy, w.Busy) || !near(g.Total, w.Total) || !near(g.Steal, w.Steal) {
 			t.Errorf("cpu%d = %+v, want %+v", id, g, w)
 		}
 	}

@@ -22,8 +22,10 @@ type runResult struct {
 	Online         *onlineResult  `json:"online,omitempty"`
 	Offline        *offlineResult `json:"offline,omitempty"`
 	NodeCPUPercent float64        `json:"nodeCPUPercent"`
-	Tidal          *tidalResult   `json:"tidal,omitempty"`
-	Series         series         `json:"series"`
+	// StealPercent is the host's steal over the day (included in NodeCPUPercent).
+	StealPercent float64      `json:"stealPercent"`
+	Tidal        *tidalResult `json:"tidal,omitempty"`
+	Series       series       `json:"series"`
 }
 
 // onlineResult is the load generator's view of the online service: latencies from each
@@ -165,6 +167,7 @@ func (r *scenarioRun) collect(res *runResult, d day, w runWorkloads) error {
 	if res.NodeCPUPercent = nodeUtilization(r.cpu, from, to); math.IsNaN(res.NodeCPUPercent) {
 		return errors.New("no node CPU readings")
 	}
+	res.StealPercent = hostSteal(r.cpu, from, to)
 	for i := 1; i < len(r.cpu); i++ {
 		a, b := r.cpu[i-1], r.cpu[i]
 		if dt := b.Total - a.Total; dt > 0 {
@@ -291,7 +294,7 @@ func (r runResult) oneLine() string {
 	if r.Offline != nil {
 		s += fmt.Sprintf("burner %.3g units  antagonist %.3g GB  ", r.Offline.BurnerUnits, r.Offline.AntagonistBytes/1e9)
 	}
-	s += fmt.Sprintf("node CPU %.0f%%", r.NodeCPUPercent)
+	s += fmt.Sprintf("node CPU %.0f%% (host steal %.1f%%)", r.NodeCPUPercent, r.StealPercent)
 	if t := r.Tidal; t != nil {
 		s += fmt.Sprintf("  agent CPU %.2f%%  RSS %.0f MiB  throttles %d", t.AgentCPUPercent, float64(t.AgentPeakRSSBytes)/(1<<20), t.Throttles)
 		if t.SpikeToShrinkMs != nil {

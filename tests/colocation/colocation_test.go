@@ -89,6 +89,24 @@ func TestCumulativeInterpolatesAndHoldsAtTheEnds(t *testing.T) {
 	}
 }
 
+func TestHostStealIsAShareOfTheNodesCPUTime(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	samples := []nodeCPU{
+		{At: t0, Busy: 0, Total: 0, Steal: 0},
+		{At: t0.Add(time.Second), Busy: 1.0, Total: 2, Steal: 0.1},
+		{At: t0.Add(2 * time.Second), Busy: 2.5, Total: 4, Steal: 0.5},
+	}
+	if got := hostSteal(samples, t0, t0.Add(2*time.Second)); got != 12.5 {
+		t.Errorf("host steal over both seconds = %v%%, want 12.5%% (0.5 s of 4 s)", got)
+	}
+	if got := hostSteal(samples, t0.Add(time.Second), t0.Add(2*time.Second)); got != 20 {
+		t.Errorf("host steal over the second second = %v%%, want 20%%", got)
+	}
+	if got := nodeUtilization(samples, t0, t0.Add(2*time.Second)); got != 62.5 {
+		t.Errorf("node utilization = %v%%, want 62.5%% (steal included)", got)
+	}
+}
+
 // runs builds two rounds of online-alone, offline-alone and naive with given figures.
 func fakeRuns() []runResult {
 	online := func(p99 float64, ivs ...interval) *onlineResult {

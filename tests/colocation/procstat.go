@@ -82,8 +82,8 @@ func (u cpuUsage) percentSince(earlier cpuUsage) float64 {
 
 // nodeCPU is one reading of the whole node's CPU time, summed over CPUs (seconds).
 type nodeCPU struct {
-	At          time.Time
-	Busy, Total float64
+	At                 time.Time
+	Busy, Total, Steal float64 // Busy includes Steal
 }
 
 func readNodeCPU() (nodeCPU, error) {
@@ -95,6 +95,7 @@ func readNodeCPU() (nodeCPU, error) {
 	for _, t := range times {
 		n.Busy += t.Busy
 		n.Total += t.Total
+		n.Steal += t.Steal
 	}
 	return n, nil
 }
@@ -102,14 +103,26 @@ func readNodeCPU() (nodeCPU, error) {
 // nodeUtilization is the node's mean CPU utilization (%) from from to to, interpolated
 // between the readings around those times; NaN without readings.
 func nodeUtilization(samples []nodeCPU, from, to time.Time) float64 {
-	busy, total := cumulative{}, cumulative{}
+	return nodeShare(samples, from, to, func(n nodeCPU) float64 { return n.Busy })
+}
+
+// hostSteal is the share (%) of the node's CPU time from from to to that its hypervisor gave
+// to something else while the node had work: on a shared host, the noise a round suffered
+// that no scenario caused.
+func hostSteal(samples []nodeCPU, from, to time.Time) float64 {
+	return nodeShare(samples, from, to, func(n nodeCPU) float64 { return n.Steal })
+}
+
+// nodeShare is part(t)'s growth from from to to as a percentage of the node's total CPU time.
+func nodeShare(samples []nodeCPU, from, to time.Time, part func(nodeCPU) float64) float64 {
+	num, total := cumulative{}, cumulative{}
 	for _, s := range samples {
-		busy = append(busy, point{s.At, s.Busy})
+		num = append(num, point{s.At, part(s)})
 		total = append(total, point{s.At, s.Total})
 	}
 	dt := total.delta(from, to)
 	if !(dt > 0) {
 		return math.NaN()
 	}
-	return 100 * busy.delta(from, to) / dt
+	return 100 * num.delta(from, to) / dt
 }

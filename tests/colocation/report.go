@@ -168,13 +168,14 @@ func missed(n int) string {
 func writeScenarioTable(w io.Writer, res results) {
 	fmt.Fprintf(w, "## Scenarios\n\nMedian over rounds (min–max). Latencies in ms, from each request's intended send time. ")
 	fmt.Fprintf(w, "Ratios are taken within each round (to that round's online-alone or offline-alone run). ")
-	fmt.Fprintf(w, "SLO: %s, on each second's p99.\n\n", res.Options.SLO)
-	fmt.Fprintf(w, "| scenario | p50 | p99 | p99.9 | p50 / alone | p99 / alone | p99.9 / alone | seconds over SLO | burner / alone | antagonist / alone | node CPU |\n")
-	fmt.Fprintf(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Fprintf(w, "SLO: %s, on each second's p99. ", res.Options.SLO)
+	fmt.Fprintf(w, "Host steal: CPU time the hypervisor gave to something else while this machine had work (counted in node CPU too); a round with much of it was disturbed from outside.\n\n")
+	fmt.Fprintf(w, "| scenario | p50 | p99 | p99.9 | p50 / alone | p99 / alone | p99.9 / alone | seconds over SLO | burner / alone | antagonist / alone | node CPU | host steal |\n")
+	fmt.Fprintf(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, s := range res.Scenarios {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", scenarioCell(s),
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", scenarioCell(s),
 			msStat(s.P50Ms), msStat(s.P99Ms), msStat(s.P999Ms), ratioStat(s.P50Ratio), ratioStat(s.P99Ratio), ratioStat(s.P999Ratio),
-			countStat(s.SLOBrokenSeconds), ratioStat(s.BurnerRatio), ratioStat(s.AntagonistRatio), pctStat(s.NodeCPUPercent))
+			countStat(s.SLOBrokenSeconds), ratioStat(s.BurnerRatio), ratioStat(s.AntagonistRatio), pctStat(s.NodeCPUPercent), plainStat(s.StealPercent, "%.1f%%"))
 	}
 	fmt.Fprintf(w, "\n")
 	for _, s := range res.Scenarios {

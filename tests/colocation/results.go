@@ -81,6 +81,7 @@ type scenarioSummary struct {
 	BurnerRatio     stat `json:"burnerRatio"`
 	AntagonistRatio stat `json:"antagonistRatio"`
 	NodeCPUPercent  stat `json:"nodeCPUPercent"`
+	StealPercent    stat `json:"stealPercent"` // the host's, included in NodeCPUPercent
 
 	// Tidal only.
 	SpikeToShrink *spikeStat `json:"spikeToShrink,omitempty"`
@@ -204,7 +205,7 @@ func summarize(runs []runResult, server string, o options) []scenarioSummary {
 		sc, _ := scenarioByName(name)
 		s := scenarioSummary{Server: server, Name: name, About: sc.About}
 		var v struct {
-			p50, p99, p999, r50, r99, r999, slo, burner, antagonist, cpu, agentCPU, rss, spike, contention, wait50, wait95 []float64
+			p50, p99, p999, r50, r99, r999, slo, burner, antagonist, cpu, steal, agentCPU, rss, spike, contention, wait50, wait95 []float64
 		}
 		phases := map[string][]float64{}
 		var phaseOrder []string
@@ -217,7 +218,7 @@ func summarize(runs []runResult, server string, o options) []scenarioSummary {
 				continue
 			}
 			s.Runs++
-			v.cpu = append(v.cpu, r.NodeCPUPercent)
+			v.cpu, v.steal = append(v.cpu, r.NodeCPUPercent), append(v.steal, r.StealPercent)
 			if r.Online != nil {
 				v.p50, v.p99, v.p999 = append(v.p50, p50(r)), append(v.p99, p99(r)), append(v.p999, p999(r))
 				v.r50 = append(v.r50, p50(r)/ref["p50"].of(r.Round))
@@ -266,7 +267,7 @@ func summarize(runs []runResult, server string, o options) []scenarioSummary {
 			s.PhaseP99Ms = append(s.PhaseP99Ms, phaseStat{Phase: name, stat: statOf(phases[name])})
 		}
 		s.BurnerRatio, s.AntagonistRatio = statOf(v.burner), statOf(v.antagonist)
-		s.NodeCPUPercent = statOf(v.cpu)
+		s.NodeCPUPercent, s.StealPercent = statOf(v.cpu), statOf(v.steal)
 		s.AgentCPUPercent, s.AgentPeakRSSMiB = statOf(v.agentCPU), statOf(v.rss)
 		if c := s.ContentionToShrink; c != nil && len(v.contention) > 0 {
 			c.Samples, c.P50Ms, c.P99Ms = len(v.contention), percentile(v.contention, 0.50), percentile(v.contention, 0.99)
