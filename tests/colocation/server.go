@@ -66,7 +66,11 @@ func nginxCommand(_ *bench, dir, addr string) ([]string, error) {
 		return nil, err
 	}
 	tmp := filepath.Join(dir, "tmp")
-	// Workers as root: the run's folder is the benchmark's own, private to root.
+	// Workers as root: the run's folder is the benchmark's own, private to root. reuseport:
+	// each worker listens on its own socket and the kernel spreads connections over them.
+	// Without it, which worker accepts the load generator's persistent connections was luck
+	// (80/0, 79/1 and 39/41 in one round), and a worker holding them all capped nginx at one
+	// CPU, so a scenario's p99 measured that draw, not its isolation.
 	conf := fmt.Sprintf(`user root;
 worker_processes 2;
 daemon off;
@@ -79,7 +83,7 @@ http {
   gzip on; gzip_comp_level 6; gzip_types text/plain; gzip_min_length 0;
   keepalive_requests 10000000; keepalive_timeout 300s;
   server {
-    listen %[3]s;
+    listen %[3]s reuseport;
     root %[4]s;
     location = /healthz { return 200 "ok\n"; }
   }
