@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -33,12 +34,13 @@ func (a *Agent) interferenceLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.Interference.Interval)
 	defer t.Stop()
 	last := time.Now()
+	var atMinimum map[int]bool
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			a.interfere(ctx, meter, probes, baselines, now.Sub(last))
+			atMinimum = a.interfere(ctx, meter, probes, baselines, now.Sub(last), atMinimum)
 			last = now
 		}
 	}
@@ -55,10 +57,17 @@ type onlineWorkload struct {
 // interfere reads the indicators (no lock held), hands each NUMA node's to the advisor and,
 // if one was cut, writes the reclaimed limits. While online workloads' baselines are measured
 // it holds lending at the minimum instead, and gives it back when the measurement ends.
-func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes *probes, baselines *interference.Baselines, interval time.Duration) {
+// wasAtMinimum is what it returned the time before: the NUMA nodes that lent their minimum
+// after that pass's decisions; a reading from a node at its minimum then and now teaches the
+// workload's baseline.
+func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes *probes, baselines *interference.Baselines, interval time.Duration, wasAtMinimum map[int]bool) (atMinimum map[int]bool) {
 	snap := a.store.Snapshot()
 	a.mu.Lock()
 	pools := a.pools
+	unlent := map[int]bool{}
+	for _, np := range pools {
+		unlent[np.Node] = wasAtMinimum[np.Node] && a.advisor.LendsMinimum(np.Node)
+	}
 	a.mu.Unlock()
 	groups, online := a.onlineGroups(snap, pools)
 	slos := map[string]qos.SLO{}
@@ -85,13 +94,16 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			// The workload's own SLO signal counts whatever CPU it ran.
 			inds = append(inds, reporter.Indicator{Name: indicatorProbe, Value: took.Seconds(), Target: w.slo.Latency.Seconds()})
 		}
+		run := state.Milli(r.Run, interval)
 		if r.Err == nil && r.Run >= minRun {
 			// Enough CPU for a ratio to mean something.
 			wait := reporter.Indicator{Name: indicatorRunQueueWait, Value: r.WaitRatio(), Target: w.targets.RunQueueWait}
 			if w.targets.RunQueueWaitOverBaseline > 0 {
 				active = append(active, r.Name)
-				baselines.Add(r.Name, wait.Value)
-				if b, ok := baselines.Of(r.Name); ok {
+				if len(w.nodes) > 0 && !slices.ContainsFunc(w.nodes, func(n int) bool { return !unlent[n] }) {
+					baselines.AddUnlent(r.Name, run, wait.Value)
+				}
+				if b, ok := baselines.Of(r.Name, run); ok {
 					wait.Baseline = b
 					wait.Target = max(wait.Target, w.targets.RunQueueWaitOverBaseline*b)
 				}
@@ -99,13 +111,12 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			inds = append(inds, wait,
 				reporter.Indicator{Name: indicatorThrottled, Value: r.ThrottledRatio(), Target: w.targets.Throttled})
 		}
-		run := state.Milli(r.Run, interval)
 		for _, ind := range inds {
 			ind.Workload, ind.Tier, ind.RunMilliCPU = r.Name, string(w.tier), run
 			for _, n := range w.nodes {
 				shown[n] = append(shown[n], ind)
 				if ind.Target > 0 {
-					perNode[n] = append(perNode[n], advisor.Indicator{Name: ind.Name, Workload: r.Name, Value: ind.Value, Target: ind.Target})
+					perNode[n] = append(perNode[n], advisor.Indicator{Name: ind.Name, Workload: r.Name, Value: ind.Value, Target: ind.Target, Baseline: ind.Baseline})
 				}
 			}
 		}
@@ -122,7 +133,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			changed = true
 		}
 	}
-	measured, done := baselines.Finish(now)
+	done := baselines.Finish(now)
 	switch {
 	case done:
 		for _, np := range pools {
@@ -147,13 +158,29 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	if changed {
 		a.planGeneration++
 	}
+	atMinimum = map[int]bool{}
+	for _, np := range pools {
+		atMinimum[np.Node] = a.advisor.LendsMinimum(np.Node)
+	}
 	a.mu.Unlock()
 	if done {
-		a.log.Info("online baselines measured", "runQueueWait", measured)
+		a.log.Info("online baselines measured", "runQueueWait", baselinesOf(readings, baselines, interval))
 	}
 	if changed {
 		a.writeReclaimedLimits()
 	}
+	return atMinimum
+}
+
+// baselinesOf is each workload's baseline at the load of its latest reading, for the log.
+func baselinesOf(readings []interference.Reading, b *interference.Baselines, interval time.Duration) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range readings {
+		if v, ok := b.Of(r.Name, state.Milli(r.Run, interval)); ok {
+			out[r.Name] = v
+		}
+	}
+	return out
 }
 
 // load is an indicator as a fraction of its target; unused ones sort last.

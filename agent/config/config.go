@@ -183,7 +183,8 @@ type Interference struct {
 	// MinRunMilliCPU: an online workload that ran less CPU than this over an interval
 	// is left out of that reading (a handful of wakeups says nothing of a ratio).
 	MinRunMilliCPU int64 `yaml:"minRunMilliCPU"`
-	// Slack: lending grows only while every indicator is under Slack x its target.
+	// Slack: lending grows only while every indicator is under Slack of the way from its
+	// baseline (0 for an absolute target) to its target.
 	Slack float64 `yaml:"slack"`
 	// Cut multiplies what a NUMA node lends when an indicator crosses its target.
 	Cut float64 `yaml:"cut"`

@@ -38,7 +38,8 @@ type Config struct {
 // Control configures the interference feedback: lending grows while online work shows slack
 // on every indicator and is cut at once, multiplicatively, when one crosses its target.
 type Control struct {
-	// Slack: lending may grow only while every indicator is below Slack x its target.
+	// Slack: lending may grow only while every indicator is below Slack of the way from its
+	// baseline (0 without one) to its target.
 	Slack float64
 	// Cut multiplies what a NUMA node lends when an indicator crosses its target.
 	Cut float64
@@ -53,6 +54,9 @@ type Indicator struct {
 	Workload string // whose figure it is
 	Value    float64
 	Target   float64
+	// Baseline is the workload's own figure with nothing lent, when its target is relative
+	// to it (0 otherwise).
+	Baseline float64
 }
 
 // load is the indicator as a fraction of its target (0 when it has none).
@@ -61,6 +65,17 @@ func (i Indicator) load() float64 {
 		return 0
 	}
 	return i.Value / i.Target
+}
+
+// headroomUsed is how much of the harm its target allows the indicator shows: 0 at the
+// workload's own baseline (0 without one), 1 at the target. Slack is judged on it, not on
+// load: a workload whose target is 1.5x its baseline sits at 0.67 of its target with
+// nothing lent, so measured against the target alone it would never leave room to grow.
+func (i Indicator) headroomUsed() float64 {
+	if i.Target <= i.Baseline {
+		return i.load()
+	}
+	return (i.Value - i.Baseline) / (i.Target - i.Baseline)
 }
 
 func (i Indicator) String() string {
@@ -210,6 +225,11 @@ func (a *Advisor) LendsAboveMinimum() bool {
 		}
 	}
 	return false
+}
+
+// LendsMinimum says whether node lends only its minimum CPU (or nothing is planned for it).
+func (a *Advisor) LendsMinimum(node int) bool {
+	return a.plan.ReclaimedMilliCPU[node] <= a.minCPU(node)
 }
 
 func (a *Advisor) minCPU(node int) int64 {
@@ -374,8 +394,9 @@ func (a *Advisor) limitPeak(node int) int64 {
 
 // Interfere is the feedback step for one NUMA node with its online work's indicators. When
 // one crosses its target the node's lending is cut at once to Cut times what it lends (not
-// under the minimum) and may not grow for Hold; while every indicator is under Slack times
-// its target (or there is none) the cap grows by one step toward the pool. It returns the
+// under the minimum) and may not grow for Hold; while every indicator is under Slack of the
+// way from its baseline (0 without one) to its target, or there is none, the cap grows by
+// one step toward the pool. It returns the
 // cut, or nil when lending did not shrink.
 func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Change {
 	c := a.controller(node)
@@ -389,7 +410,10 @@ func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Ch
 			c.Worst = ind
 		}
 	}
-	worst := c.Worst.load()
+	worst, used := c.Worst.load(), 0.0
+	for _, ind := range indicators {
+		used = max(used, ind.headroomUsed())
+	}
 	switch {
 	case worst > 1:
 		c.State = "cut"
@@ -406,7 +430,7 @@ func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Ch
 		reason := fmt.Sprintf("numa %d: %s > target: reclaimed CPU %dm -> %dm (x%.2f, no growth for %s)", node, c.Worst, cur, next, a.cfg.Control.Cut, a.cfg.Control.Hold)
 		c.LastCut, c.LastCutAt = reason, now
 		return &Change{"shrink", reason}
-	case now.Before(c.HeldUntil) || worst >= a.cfg.Control.Slack:
+	case now.Before(c.HeldUntil) || used >= a.cfg.Control.Slack:
 		c.State = "hold"
 	default:
 		c.State = "grow"

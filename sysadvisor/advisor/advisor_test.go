@@ -279,6 +279,34 @@ func TestInterferenceCutsHoldsAndGrowsOnSlack(t *testing.T) {
 	}
 }
 
+// Slack is the room left over a workload's own baseline: one that waits 2.0 with nothing
+// lent, with a target of 3.0, shows slack at 2.2 and none at 2.8 (measured against its target
+// alone, 2.2 would be 0.73 of it and lending could never grow back after a cut).
+func TestSlackIsJudgedOverTheBaseline(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 12; i++ {
+		a.Step(sample(t0, i, 1000))
+	}
+	wait := func(v float64) []Indicator {
+		return []Indicator{{Name: "run-queue wait", Workload: "web", Value: v, Target: 3.0, Baseline: 2.0}}
+	}
+	now := t0.Add(12 * time.Second)
+	if c := a.Interfere(now, 0, wait(3.5)); c == nil {
+		t.Fatal("no cut over the target")
+	}
+	after := now.Add(time.Minute) // past the hold
+	capBefore := a.Controllers()[0].CapMilliCPU
+	a.Interfere(after, 0, wait(2.8))
+	if ctl := a.Controllers()[0]; ctl.State != "hold" || ctl.CapMilliCPU != capBefore {
+		t.Errorf("at 2.8 (0.8 of the way to the target): %+v, want a hold", ctl)
+	}
+	a.Interfere(after, 0, wait(2.2))
+	if ctl := a.Controllers()[0]; ctl.State != "grow" || ctl.CapMilliCPU <= capBefore {
+		t.Errorf("at 2.2 (0.2 of the way to the target): %+v, want growth", ctl)
+	}
+}
+
 // Tiny moves are not changes: no action says "2.5GiB -> 2.5GiB".
 func TestNoChangeBelowTheDeadband(t *testing.T) {
 	for _, c := range []struct{ cur, target int64 }{{1000, 1020}, {1000, 980}, {1000, 1000}} {

@@ -1,29 +1,40 @@
 package interference
 
 import (
+	"math"
 	"slices"
 	"time"
 )
 
-// Baselines learns each online workload's own run-queue wait with nothing lent. One absolute
-// target cannot fit every workload: a Go server whose runtime keeps more threads runnable than
-// it has CPUs waits 0.3 per unit of CPU run alone, nginx 0.05. So the agent holds lending at
-// its minimum for a short measurement, and each workload's median reading in it becomes its
-// baseline, which its target may be relative to.
+// Baselines learns each online workload's own run-queue wait with nothing lent, per load
+// level. One absolute target cannot fit every workload: a Go server whose runtime keeps more
+// threads runnable than it has CPUs waits 0.3 per unit of CPU run alone, nginx 0.05. Nor does
+// one baseline fit every hour of one workload: its threads wait on each other more the more
+// CPU it runs, and a baseline taken while it idled set a target it could not meet at its
+// peak with nothing lent at all, which held lending at its minimum for the rest of the day.
 //
-// It is pure logic: the caller holds lending down while Measuring and feeds it readings. It
-// is not safe for concurrent use; the interference loop owns it.
+// So a baseline belongs to a load level (how much CPU the workload ran, in half-octave steps),
+// and every reading taken while the node lent its minimum teaches the level it was taken at:
+// a crossing that cutting lending cannot cure is itself the measurement of that level's
+// floor. A workload with no baseline at any level gets one from a short measurement: the
+// caller holds lending at its minimum while Measuring.
+//
+// It is pure logic: the caller tells which readings were taken with nothing lent. It is not
+// safe for concurrent use; the interference loop owns it.
 type Baselines struct {
 	measureFor, every time.Duration
 
-	wait     map[string]float64
-	readings map[string][]float64
-	until    time.Time // the measurement running ends then; zero: none runs
-	last     time.Time // when the last measurement ended
+	levels map[string]map[int][]float64 // workload -> level -> its latest readings with nothing lent
+	until  time.Time                    // the measurement running ends then; zero: none runs
+	last   time.Time                    // when the last measurement ended
 }
 
-// minReadings a workload needs in a measurement for a baseline: one reading can be a fluke.
+// minReadings a level needs for a baseline: one reading can be a fluke.
 const minReadings = 2
+
+// levelReadings: a level's baseline is the median of its latest this many readings, so it
+// follows a workload that changes (a new version, a different mix of requests).
+const levelReadings = 5
 
 // spacing is the least time between the ends of two measurements, in measurements: lending at
 // its minimum for at most about a tenth of the time while workloads without a baseline come
@@ -33,13 +44,44 @@ const spacing = 10
 // NewBaselines measures for measureFor at a time (0: never), again every every (0: only for
 // workloads that have no baseline).
 func NewBaselines(measureFor, every time.Duration) *Baselines {
-	return &Baselines{measureFor: measureFor, every: every, wait: map[string]float64{}}
+	return &Baselines{measureFor: measureFor, every: every, levels: map[string]map[int][]float64{}}
 }
 
-// Of is workload name's baseline, if measured.
-func (b *Baselines) Of(name string) (float64, bool) {
-	v, ok := b.wait[name]
-	return v, ok
+// level is the load level of a reading of runMilli millicores: half-octaves from 10m, so a
+// level spans about 1.4x and a 2-CPU node has about a dozen.
+func level(runMilli int64) int {
+	return int(math.Floor(2 * math.Log2(float64(max(runMilli, 10))/10)))
+}
+
+// Of is workload name's baseline for a reading of runMilli: its level's, or else the nearest
+// level's (the lower one on a tie: a lighter load's floor is the stricter), if any is known.
+func (b *Baselines) Of(name string, runMilli int64) (float64, bool) {
+	want := level(runMilli)
+	best, found := 0, false
+	for l, rs := range b.levels[name] {
+		if len(rs) < minReadings {
+			continue
+		}
+		d, bd := abs(l-want), abs(best-want)
+		if !found || d < bd || d == bd && l < best {
+			best, found = l, true
+		}
+	}
+	if !found {
+		return 0, false
+	}
+	return median(b.levels[name][best]), true
+}
+
+func abs(x int) int { return max(x, -x) }
+
+func median(rs []float64) float64 {
+	s := slices.Sorted(slices.Values(rs))
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + m) / 2
+	}
+	return m
 }
 
 // Measuring says whether a measurement runs: lending must stay at its minimum.
@@ -61,53 +103,45 @@ func (b *Baselines) Due(now time.Time, active []string) bool {
 }
 
 func (b *Baselines) missing(name string) bool {
-	_, ok := b.wait[name]
-	return !ok
+	for _, rs := range b.levels[name] {
+		if len(rs) >= minReadings {
+			return false
+		}
+	}
+	return true
 }
 
-// Start begins a measurement at now and returns when it ends. Readings count from the next
-// one on: the current one covers time before lending went down.
+// Start begins a measurement at now and returns when it ends.
 func (b *Baselines) Start(now time.Time) time.Time {
 	b.until = now.Add(b.measureFor)
-	b.readings = map[string][]float64{}
 	return b.until
 }
 
-// Add records workload name's run-queue wait ratio, read during the measurement.
-func (b *Baselines) Add(name string, waitRatio float64) {
-	if b.Measuring() {
-		b.readings[name] = append(b.readings[name], waitRatio)
+// AddUnlent records workload name's run-queue wait ratio, read over an interval in which it
+// ran runMilli and the node lent its minimum throughout.
+func (b *Baselines) AddUnlent(name string, runMilli int64, waitRatio float64) {
+	if b.levels[name] == nil {
+		b.levels[name] = map[int][]float64{}
 	}
+	l := level(runMilli)
+	rs := append(b.levels[name][l], waitRatio)
+	b.levels[name][l] = rs[max(len(rs)-levelReadings, 0):]
 }
 
-// Finish ends the measurement once its time is up (done false before). It returns the
-// baselines it measured, each the median of the workload's readings; a workload with too few
-// readings keeps what it had.
-func (b *Baselines) Finish(now time.Time) (measured map[string]float64, done bool) {
+// Finish ends the measurement once its time is up (done false before).
+func (b *Baselines) Finish(now time.Time) (done bool) {
 	if !b.Measuring() || now.Before(b.until) {
-		return nil, false
+		return false
 	}
-	measured = map[string]float64{}
-	for name, rs := range b.readings {
-		if len(rs) < minReadings {
-			continue
-		}
-		slices.Sort(rs)
-		m := rs[len(rs)/2]
-		if len(rs)%2 == 0 {
-			m = (rs[len(rs)/2-1] + m) / 2
-		}
-		b.wait[name], measured[name] = m, m
-	}
-	b.until, b.readings, b.last = time.Time{}, nil, now
-	return measured, true
+	b.until, b.last = time.Time{}, now
+	return true
 }
 
 // Keep forgets the baselines of workloads not in names (gone, or no longer online).
 func (b *Baselines) Keep(names map[string]bool) {
-	for name := range b.wait {
+	for name := range b.levels {
 		if !names[name] {
-			delete(b.wait, name)
+			delete(b.levels, name)
 		}
 	}
 }

@@ -1,9 +1,12 @@
 package interference
 
 import (
+	"math"
 	"testing"
 	"time"
 )
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
 func TestBaselinesMeasureMissingOnesThenRefresh(t *testing.T) {
 	b := NewBaselines(2*time.Second, 10*time.Minute)
@@ -19,20 +22,19 @@ func TestBaselinesMeasureMissingOnesThenRefresh(t *testing.T) {
 		t.Fatalf("start: measuring %v until %s", b.Measuring(), until)
 	}
 	for _, v := range []float64{0.30, 0.90, 0.34, 0.32} {
-		b.Add("web", v)
+		b.AddUnlent("web", 300, v)
 	}
-	b.Add("api", 0.05) // one reading only
-	if _, done := b.Finish(t0.Add(time.Second)); done {
+	b.AddUnlent("api", 300, 0.05) // one reading only
+	if b.Finish(t0.Add(time.Second)) {
 		t.Fatal("finished before its time")
 	}
-	measured, done := b.Finish(until)
-	if !done || b.Measuring() || len(measured) != 1 || measured["web"] != 0.33 {
-		t.Fatalf("finish: %v %v (want web's median 0.33 only)", measured, done)
+	if !b.Finish(until) || b.Measuring() {
+		t.Fatal("did not finish at its time")
 	}
-	if v, ok := b.Of("web"); !ok || v != 0.33 {
-		t.Errorf("Of(web) = %v %v", v, ok)
+	if v, ok := b.Of("web", 300); !ok || !near(v, 0.33) {
+		t.Errorf("Of(web) = %v %v, want the median 0.33", v, ok)
 	}
-	if _, ok := b.Of("api"); ok {
+	if _, ok := b.Of("api", 300); ok {
 		t.Error("api got a baseline from one reading")
 	}
 	// api still has none: measured again, but not before 10 measurements' time.
@@ -49,13 +51,47 @@ func TestBaselinesMeasureMissingOnesThenRefresh(t *testing.T) {
 		t.Error("not due after every")
 	}
 	b.Keep(map[string]bool{"api": true})
-	if _, ok := b.Of("web"); ok {
+	if _, ok := b.Of("web", 300); ok {
 		t.Error("kept the baseline of a workload that went away")
 	}
-	// A reading outside a measurement counts for nothing.
-	b.Add("web", 5)
-	if _, ok := b.Of("web"); ok {
-		t.Error("Add outside a measurement")
+}
+
+// A baseline taken while a server idled must not hold its busy hours to the idle floor: each
+// load level learns its own from readings with nothing lent, and a level not yet seen borrows
+// the nearest one's.
+func TestBaselinesFollowTheLoadLevel(t *testing.T) {
+	b := NewBaselines(2*time.Second, 0)
+	b.AddUnlent("web", 40, 0.08) // warm-up: a few health checks
+	b.AddUnlent("web", 45, 0.10)
+	if v, ok := b.Of("web", 1200); !ok || !near(v, 0.09) {
+		t.Fatalf("a level not seen yet: %v %v, want the nearest level's 0.09", v, ok)
+	}
+	// At its peak with nothing lent, its threads wait on each other far more.
+	b.AddUnlent("web", 1150, 0.60)
+	b.AddUnlent("web", 1250, 0.70)
+	if v, _ := b.Of("web", 1200); !near(v, 0.65) {
+		t.Errorf("peak level: %v, want 0.65", v)
+	}
+	if v, _ := b.Of("web", 40); !near(v, 0.09) {
+		t.Errorf("idle level after the peak was learned: %v, want 0.09 still", v)
+	}
+	// Between the two, the nearer level's.
+	if v, _ := b.Of("web", 150); !near(v, 0.09) {
+		t.Errorf("150m: %v, want the idle level's 0.09", v)
+	}
+	if v, _ := b.Of("web", 800); !near(v, 0.65) {
+		t.Errorf("800m: %v, want the peak level's 0.65", v)
+	}
+	// A level keeps only its latest readings: a workload that changed is followed.
+	for range levelReadings {
+		b.AddUnlent("web", 1200, 0.30)
+	}
+	if v, _ := b.Of("web", 1200); !near(v, 0.30) {
+		t.Errorf("peak level after %d new readings: %v, want 0.30", levelReadings, v)
+	}
+	// Learned outside any measurement, so no measurement is due for it.
+	if b.Due(time.Unix(1000, 0), []string{"web"}) {
+		t.Error("due for a workload with baselines")
 	}
 }
 

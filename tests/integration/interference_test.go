@@ -2,7 +2,9 @@ package integration
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -140,6 +142,58 @@ func TestBaselineExcusesAWorkloadsOwnWait(t *testing.T) {
 	if s := n.status(); s.Lendable.MilliCPU < 400 {
 		t.Errorf("lendable %dm after the baseline", s.Lendable.MilliCPU)
 	}
+}
+
+// A workload whose own wait rises after its baseline was taken (here: three spinners where
+// there was one, on the same CPU) crosses its old target with nothing left to cut. Those
+// readings at the minimum are its own floor: the agent learns them as the baseline of that
+// load level and lends again after the hold, instead of holding lending at its minimum until
+// the next scheduled measurement (10 minutes by default).
+func TestBaselineLearnsAFloorCuttingCannotCure(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\n  spikeThreshold: 1\n"+
+		"loops:\n  slowInterval: 3s\n  metricsStaleAfter: 20s\n  fastWindow: 10m\n  psiTrigger: false\n"+
+		"interference:\n  interval: 200ms\n  holdAfterCut: 2s\n")
+	n.start()
+	lendingGrows(n)
+	more := filepath.Join(t.TempDir(), "more")
+	n.run("--tier", "shared", "--name", "web", "--", "taskset", "-c", "0", "sh", "-c",
+		"(while :; do :; done) & while [ ! -e "+more+" ]; do sleep 0.1; done; (while :; do :; done) & (while :; do :; done) & wait")
+	n.waitWorkload("web")
+	n.eventually(10*time.Second, "web's first baseline", func() error {
+		if _, ok := webWait(n); !ok {
+			return fmt.Errorf("none yet")
+		}
+		return nil
+	})
+	n.eventually(15*time.Second, "lending back past its minimum", func() error {
+		if s := n.status(); s.Lendable.MilliCPU < 400 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	first, _ := webWait(n)
+	if err := os.WriteFile(more, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cut := waitThrottle(n, 10*time.Second, "run-queue wait of web")
+	t.Logf("first baseline %.3f; cut: %s", first.Baseline, cut.Reason)
+	n.eventually(20*time.Second, "a baseline learned at the minimum, and lending back", func() error {
+		w, _ := webWait(n)
+		if s := n.status(); w.Baseline < 1 || s.Lendable.MilliCPU < 400 {
+			return fmt.Errorf("web's baseline %.3f (target %.3f), lendable %dm", w.Baseline, w.Target, s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+}
+
+// webWait is the run-queue wait indicator of workload web, once it has a baseline.
+func webWait(n *node) (reporter.Indicator, bool) {
+	for _, i := range n.status().Pools[0].Control.Indicators {
+		if i.Workload == "web" && i.Name == "run-queue wait" && i.Baseline > 0 {
+			return i, true
+		}
+	}
+	return reporter.Indicator{}, false
 }
 
 // waitThrottle waits for a throttle action whose reason names indicator, and returns it.
