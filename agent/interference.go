@@ -103,8 +103,8 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 				if len(w.nodes) > 0 && !slices.ContainsFunc(w.nodes, func(n int) bool { return !unlent[n] }) {
 					baselines.AddUnlent(r.Name, run, wait.Value)
 				}
-				if b, ok := baselines.Of(r.Name, run); ok {
-					wait.Baseline = b
+				if b, borrowed, ok := baselines.Of(r.Name, run); ok {
+					wait.Baseline, wait.BaselineBorrowed = b, borrowed
 					wait.Target = max(wait.Target, w.targets.RunQueueWaitOverBaseline*b)
 				}
 			}
@@ -116,7 +116,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			for _, n := range w.nodes {
 				shown[n] = append(shown[n], ind)
 				if ind.Target > 0 {
-					perNode[n] = append(perNode[n], advisor.Indicator{Name: ind.Name, Workload: r.Name, Value: ind.Value, Target: ind.Target, Baseline: ind.Baseline})
+					perNode[n] = append(perNode[n], advisor.Indicator{Name: ind.Name, Workload: r.Name, Value: ind.Value, Target: ind.Target, Baseline: ind.Baseline, Borrowed: ind.BaselineBorrowed})
 				}
 			}
 		}
@@ -176,7 +176,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 func baselinesOf(readings []interference.Reading, b *interference.Baselines, interval time.Duration) map[string]float64 {
 	out := map[string]float64{}
 	for _, r := range readings {
-		if v, ok := b.Of(r.Name, state.Milli(r.Run, interval)); ok {
+		if v, _, ok := b.Of(r.Name, state.Milli(r.Run, interval)); ok {
 			out[r.Name] = v
 		}
 	}

@@ -126,6 +126,9 @@ type Indicator struct {
 	// Baseline is the workload's own figure with nothing lent, when measured: its target is
 	// then the larger of the tier's and a multiple of this (run-queue wait only).
 	Baseline float64 `json:"baseline,omitempty"`
+	// BaselineBorrowed: no baseline is known yet at the load the workload runs now; Baseline
+	// is the nearest load level's.
+	BaselineBorrowed bool `json:"baselineBorrowed,omitempty"`
 	// RunMilliCPU is the CPU the workload ran over the reading (the ratio's base).
 	RunMilliCPU int64 `json:"runMilliCPU"`
 }
@@ -258,7 +261,10 @@ func writeControl(w io.Writer, p Pool) {
 		if i.Target > 0 {
 			target = fmt.Sprintf("target %.3f", i.Target)
 		}
-		if i.Baseline > 0 {
+		switch {
+		case i.Baseline > 0 && i.BaselineBorrowed:
+			target += fmt.Sprintf(" (own baseline %.3f, at another load)", i.Baseline)
+		case i.Baseline > 0:
 			target += fmt.Sprintf(" (own baseline %.3f)", i.Baseline)
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s %.3f\t%s\t(ran %dm)\n", i.Workload, i.Tier, i.Name, i.Value, target, i.RunMilliCPU)

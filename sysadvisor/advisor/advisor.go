@@ -55,8 +55,10 @@ type Indicator struct {
 	Value    float64
 	Target   float64
 	// Baseline is the workload's own figure with nothing lent, when its target is relative
-	// to it (0 otherwise).
+	// to it (0 otherwise). Borrowed: it was measured at another load level, none being known
+	// yet at this one.
 	Baseline float64
+	Borrowed bool
 }
 
 // load is the indicator as a fraction of its target (0 when it has none).
@@ -410,9 +412,10 @@ func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Ch
 			c.Worst = ind
 		}
 	}
-	worst, used := c.Worst.load(), 0.0
+	worst, used, ownCrossing := c.Worst.load(), 0.0, false
 	for _, ind := range indicators {
 		used = max(used, ind.headroomUsed())
+		ownCrossing = ownCrossing || ind.load() > 1 && !ind.Borrowed
 	}
 	switch {
 	case worst > 1:
@@ -421,13 +424,22 @@ func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Ch
 		if !ok {
 			return nil
 		}
+		hold, held := a.cfg.Control.Hold, fmt.Sprintf("no growth for %s", a.cfg.Control.Hold)
+		if !ownCrossing {
+			// Judged only against baselines of other load levels: the readings at the minimum
+			// that follow measure this level's own, and the slack rule decides growth then.
+			hold, held = 0, "no hold: baseline borrowed from another load level"
+		}
 		next := max(int64(float64(cur)*a.cfg.Control.Cut), a.minCPU(node))
-		c.CapMilliCPU, c.HeldUntil = next, now.Add(a.cfg.Control.Hold)
+		c.CapMilliCPU = next
+		if until := now.Add(hold); until.After(c.HeldUntil) {
+			c.HeldUntil = until
+		}
 		if next >= cur {
 			return nil
 		}
 		a.plan.ReclaimedMilliCPU[node] = next
-		reason := fmt.Sprintf("numa %d: %s > target: reclaimed CPU %dm -> %dm (x%.2f, no growth for %s)", node, c.Worst, cur, next, a.cfg.Control.Cut, a.cfg.Control.Hold)
+		reason := fmt.Sprintf("numa %d: %s > target: reclaimed CPU %dm -> %dm (x%.2f, %s)", node, c.Worst, cur, next, a.cfg.Control.Cut, held)
 		c.LastCut, c.LastCutAt = reason, now
 		return &Change{"shrink", reason}
 	case now.Before(c.HeldUntil) || used >= a.cfg.Control.Slack:

@@ -307,6 +307,38 @@ func TestSlackIsJudgedOverTheBaseline(t *testing.T) {
 	}
 }
 
+// A crossing judged only against another load level's baseline cuts at once but holds
+// nothing back: the readings at the minimum that follow measure this level's own floor.
+func TestACutAgainstABorrowedBaselineDoesNotHold(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(1000, 0)
+	for i := 0; i < 12; i++ {
+		a.Step(sample(t0, i, 1000))
+	}
+	now := t0.Add(12 * time.Second)
+	borrowed := []Indicator{{Name: "run-queue wait", Workload: "web", Value: 0.6, Target: 0.25, Baseline: 0.1, Borrowed: true}}
+	c := a.Interfere(now, 0, borrowed)
+	if c == nil || !strings.Contains(c.Reason, "no hold: baseline borrowed") {
+		t.Fatalf("cut %+v, want one that says it does not hold", c)
+	}
+	// Its level learned (0.5, target 0.75), the next reading shows slack: growth at once.
+	own := []Indicator{{Name: "run-queue wait", Workload: "web", Value: 0.55, Target: 0.75, Baseline: 0.5}}
+	a.Interfere(now.Add(time.Second), 0, own)
+	if st := a.Controllers()[0].State; st != "grow" {
+		t.Errorf("after a borrowed cut, with slack at the level's own baseline: state %q, want grow", st)
+	}
+	// A crossing of its own level holds as ever.
+	own[0].Value = 0.9
+	if c := a.Interfere(now.Add(2*time.Second), 0, own); c == nil || !strings.Contains(c.Reason, "no growth for") {
+		t.Fatalf("own-level cut %+v, want a hold", c)
+	}
+	own[0].Value = 0.5
+	a.Interfere(now.Add(3*time.Second), 0, own)
+	if st := a.Controllers()[0].State; st != "hold" {
+		t.Errorf("within the hold of an own-level cut: state %q, want hold", st)
+	}
+}
+
 // Tiny moves are not changes: no action says "2.5GiB -> 2.5GiB".
 func TestNoChangeBelowTheDeadband(t *testing.T) {
 	for _, c := range []struct{ cur, target int64 }{{1000, 1020}, {1000, 980}, {1000, 1000}} {

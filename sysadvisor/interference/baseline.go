@@ -54,8 +54,9 @@ func level(runMilli int64) int {
 }
 
 // Of is workload name's baseline for a reading of runMilli: its level's, or else the nearest
-// level's (the lower one on a tie: a lighter load's floor is the stricter), if any is known.
-func (b *Baselines) Of(name string, runMilli int64) (float64, bool) {
+// level's (the lower one on a tie: a lighter load's floor is the stricter; borrowed true), if
+// any is known.
+func (b *Baselines) Of(name string, runMilli int64) (baseline float64, borrowed, ok bool) {
 	want := level(runMilli)
 	best, found := 0, false
 	for l, rs := range b.levels[name] {
@@ -68,9 +69,9 @@ func (b *Baselines) Of(name string, runMilli int64) (float64, bool) {
 		}
 	}
 	if !found {
-		return 0, false
+		return 0, false, false
 	}
-	return median(b.levels[name][best]), true
+	return median(b.levels[name][best]), best != want, true
 }
 
 func abs(x int) int { return max(x, -x) }

@@ -31,10 +31,10 @@ func TestBaselinesMeasureMissingOnesThenRefresh(t *testing.T) {
 	if !b.Finish(until) || b.Measuring() {
 		t.Fatal("did not finish at its time")
 	}
-	if v, ok := b.Of("web", 300); !ok || !near(v, 0.33) {
+	if v, _, ok := b.Of("web", 300); !ok || !near(v, 0.33) {
 		t.Errorf("Of(web) = %v %v, want the median 0.33", v, ok)
 	}
-	if _, ok := b.Of("api", 300); ok {
+	if _, _, ok := b.Of("api", 300); ok {
 		t.Error("api got a baseline from one reading")
 	}
 	// api still has none: measured again, but not before 10 measurements' time.
@@ -51,7 +51,7 @@ func TestBaselinesMeasureMissingOnesThenRefresh(t *testing.T) {
 		t.Error("not due after every")
 	}
 	b.Keep(map[string]bool{"api": true})
-	if _, ok := b.Of("web", 300); ok {
+	if _, _, ok := b.Of("web", 300); ok {
 		t.Error("kept the baseline of a workload that went away")
 	}
 }
@@ -63,30 +63,30 @@ func TestBaselinesFollowTheLoadLevel(t *testing.T) {
 	b := NewBaselines(2*time.Second, 0)
 	b.AddUnlent("web", 40, 0.08) // warm-up: a few health checks
 	b.AddUnlent("web", 45, 0.10)
-	if v, ok := b.Of("web", 1200); !ok || !near(v, 0.09) {
-		t.Fatalf("a level not seen yet: %v %v, want the nearest level's 0.09", v, ok)
+	if v, borrowed, ok := b.Of("web", 1200); !ok || !borrowed || !near(v, 0.09) {
+		t.Fatalf("a level not seen yet: %v borrowed %v %v, want the nearest level's 0.09, borrowed", v, borrowed, ok)
 	}
 	// At its peak with nothing lent, its threads wait on each other far more.
 	b.AddUnlent("web", 1150, 0.60)
 	b.AddUnlent("web", 1250, 0.70)
-	if v, _ := b.Of("web", 1200); !near(v, 0.65) {
-		t.Errorf("peak level: %v, want 0.65", v)
+	if v, borrowed, _ := b.Of("web", 1200); !near(v, 0.65) || borrowed {
+		t.Errorf("peak level: %v borrowed %v, want its own 0.65", v, borrowed)
 	}
-	if v, _ := b.Of("web", 40); !near(v, 0.09) {
+	if v, _, _ := b.Of("web", 40); !near(v, 0.09) {
 		t.Errorf("idle level after the peak was learned: %v, want 0.09 still", v)
 	}
 	// Between the two, the nearer level's.
-	if v, _ := b.Of("web", 150); !near(v, 0.09) {
+	if v, _, _ := b.Of("web", 150); !near(v, 0.09) {
 		t.Errorf("150m: %v, want the idle level's 0.09", v)
 	}
-	if v, _ := b.Of("web", 800); !near(v, 0.65) {
+	if v, _, _ := b.Of("web", 800); !near(v, 0.65) {
 		t.Errorf("800m: %v, want the peak level's 0.65", v)
 	}
 	// A level keeps only its latest readings: a workload that changed is followed.
 	for range levelReadings {
 		b.AddUnlent("web", 1200, 0.30)
 	}
-	if v, _ := b.Of("web", 1200); !near(v, 0.30) {
+	if v, _, _ := b.Of("web", 1200); !near(v, 0.30) {
 		t.Errorf("peak level after %d new readings: %v, want 0.30", levelReadings, v)
 	}
 	// Learned outside any measurement, so no measurement is due for it.
