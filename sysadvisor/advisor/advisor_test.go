@@ -223,11 +223,8 @@ func TestSmallShrinksAreNoise(t *testing.T) {
 // The interference feedback: a crossing cuts lending at once by Cut and holds it for Hold;
 // growth resumes only with slack on every indicator, and the usage ceiling still bounds it.
 func TestInterferenceCutsHoldsAndGrowsOnSlack(t *testing.T) {
-	a := New(testConfig())
 	t0 := time.Unix(1000, 0)
-	for i := 0; i < 12; i++ {
-		a.Step(sample(t0, i, 1000))
-	}
+	a := primed(t0)
 	if got := a.Plan().ReclaimedMilliCPU[0]; got != 2700 {
 		t.Fatalf("lends %dm with no interference, want the usage ceiling 2700m", got)
 	}
@@ -283,11 +280,8 @@ func TestInterferenceCutsHoldsAndGrowsOnSlack(t *testing.T) {
 // lent, with a target of 3.0, shows slack at 2.2 and none at 2.8 (measured against its target
 // alone, 2.2 would be 0.73 of it and lending could never grow back after a cut).
 func TestSlackIsJudgedOverTheBaseline(t *testing.T) {
-	a := New(testConfig())
 	t0 := time.Unix(1000, 0)
-	for i := 0; i < 12; i++ {
-		a.Step(sample(t0, i, 1000))
-	}
+	a := primed(t0)
 	wait := func(v float64) []Indicator {
 		return []Indicator{{Name: "run-queue wait", Workload: "web", Value: v, Target: 3.0, Baseline: 2.0}}
 	}
@@ -310,11 +304,8 @@ func TestSlackIsJudgedOverTheBaseline(t *testing.T) {
 // A crossing judged only against another load level's baseline cuts at once but holds
 // nothing back: the readings at the minimum that follow measure this level's own floor.
 func TestACutAgainstABorrowedBaselineDoesNotHold(t *testing.T) {
-	a := New(testConfig())
 	t0 := time.Unix(1000, 0)
-	for i := 0; i < 12; i++ {
-		a.Step(sample(t0, i, 1000))
-	}
+	a := primed(t0)
 	now := t0.Add(12 * time.Second)
 	borrowed := []Indicator{{Name: "run-queue wait", Workload: "web", Value: 0.6, Target: 0.25, Baseline: 0.1, Borrowed: true}}
 	c := a.Interfere(now, 0, borrowed)
@@ -354,11 +345,8 @@ func TestNoChangeBelowTheDeadband(t *testing.T) {
 // A baseline measurement holds lending at the minimum whatever the slow loop, the spike path
 // or the feedback say, then gives back what was lent, unless the usage ceiling fell meanwhile.
 func TestBaselineHoldsTheMinimumThenGivesLendingBack(t *testing.T) {
-	a := New(testConfig())
 	t0 := time.Unix(1000, 0)
-	for i := 0; i < 12; i++ {
-		a.Step(sample(t0, i, 1000))
-	}
+	a := primed(t0)
 	now := t0.Add(12 * time.Second)
 	c := a.Baseline(now, 0, now.Add(2*time.Second))
 	if c == nil || c.Kind != "shrink" || a.Plan().ReclaimedMilliCPU[0] != 100 {
@@ -454,4 +442,14 @@ func TestLimitsFollowTheShortWindowPublishingTheLongOne(t *testing.T) {
 	if p := b.Plan().ReclaimedMilliCPU[0]; p != 500 {
 		t.Errorf("no limit window: limits %dm after the peak, want 500m for the peak window", p)
 	}
+}
+
+// primed is an advisor after 12 slow passes of online work using 1000m of its pool from t0
+// on, lending up to the usage ceiling.
+func primed(t0 time.Time) *Advisor {
+	a := New(testConfig())
+	for i := 0; i < 12; i++ {
+		a.Step(sample(t0, i, 1000))
+	}
+	return a
 }
