@@ -64,11 +64,13 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	snap := a.store.Snapshot()
 	a.mu.Lock()
 	pools := a.pools
-	unlent := map[int]bool{}
-	for _, np := range pools {
-		unlent[np.Node] = wasAtMinimum[np.Node] && a.advisor.LendsMinimum(np.Node)
-	}
+	nowAtMinimum := a.atMinimumLocked(pools)
 	a.mu.Unlock()
+	// A workload's readings were taken with nothing lent if every node it runs on lent its
+	// minimum at the last pass and still does.
+	unlent := func(nodes []int) bool {
+		return len(nodes) > 0 && !slices.ContainsFunc(nodes, func(n int) bool { return !wasAtMinimum[n] || !nowAtMinimum[n] })
+	}
 	groups, online := a.onlineGroups(snap, pools)
 	slos := map[string]qos.SLO{}
 	names := map[string]bool{}
@@ -100,7 +102,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			wait := reporter.Indicator{Name: indicatorRunQueueWait, Value: r.WaitRatio(), Target: w.targets.RunQueueWait}
 			if w.targets.RunQueueWaitOverBaseline > 0 {
 				active = append(active, r.Name)
-				if len(w.nodes) > 0 && !slices.ContainsFunc(w.nodes, func(n int) bool { return !unlent[n] }) {
+				if unlent(w.nodes) {
 					baselines.AddUnlent(r.Name, run, wait.Value)
 				}
 				if b, borrowed, ok := baselines.Of(r.Name, run); ok {
@@ -158,10 +160,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	if changed {
 		a.planGeneration++
 	}
-	atMinimum = map[int]bool{}
-	for _, np := range pools {
-		atMinimum[np.Node] = a.advisor.LendsMinimum(np.Node)
-	}
+	atMinimum = a.atMinimumLocked(pools)
 	a.mu.Unlock()
 	if done {
 		a.log.Info("online baselines measured", "runQueueWait", baselinesOf(readings, baselines, interval))
@@ -170,6 +169,15 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 		a.writeReclaimedLimits()
 	}
 	return atMinimum
+}
+
+// atMinimumLocked says, per NUMA node of pools, whether the plan lends only its minimum.
+func (a *Agent) atMinimumLocked(pools plugins.Pools) map[int]bool {
+	out := map[int]bool{}
+	for _, np := range pools {
+		out[np.Node] = a.advisor.LendsMinimum(np.Node)
+	}
+	return out
 }
 
 // baselinesOf is each workload's baseline at the load of its latest reading, for the log.
