@@ -21,6 +21,9 @@ type scenario struct {
 	agentConfig string
 	// onlyOwnWorkloads: the agent manages only the run's own workloads, not -day-workloads.
 	onlyOwnWorkloads bool
+	// diagnostic: not run by default, only when -scenarios names it (it takes a tidal
+	// scenario apart, and is not a way to colocate that tidal must beat).
+	diagnostic bool
 }
 
 // Default cgroup v1 CPU shares, and the loadgen's: high enough that the measuring side never
@@ -48,6 +51,16 @@ var scenarios = []scenario{
 	{Name: "static", Online: true, Offline: true, About: "offline pinned to a fixed half of the CPUs (online unpinned)",
 		offline: func(all cpuset.CPUSet) plugins.Settings {
 			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
+		}},
+	{Name: "static-idle", Online: true, Offline: true, diagnostic: true,
+		About: "offline under cpu.idle 1, pinned to the upper half of the CPUs, no agent: tidal's reclaimed pool while it lends under a CPU, without its quota",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: upperHalf(all), CPUIdle: plugins.On}
+		}},
+	{Name: "static-idle-quota", Online: true, Offline: true, diagnostic: true,
+		About: "as static-idle with a fixed CFS quota of 400m, no agent: tidal's quota mechanism lending 400m, without the agent",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: upperHalf(all), CPUIdle: plugins.On, CPUQuota: 400}
 		}},
 	{Name: "tidal", Online: true, Offline: true, Tidal: true, About: "tidal agent with its defaults: online shared tier, offline reclaimed tier"},
 	{Name: "tidal-absolute", Online: true, Offline: true, Tidal: true,
@@ -81,10 +94,24 @@ func upperHalf(all cpuset.CPUSet) cpuset.CPUSet {
 	return cpuset.New(l[len(l)/2:]...)
 }
 
-func scenarioNames() []string {
-	names := make([]string, len(scenarios))
-	for i, s := range scenarios {
-		names[i] = s.Name
+// scenarioNames are the names of all scenarios, or with defaults only those run by default.
+func scenarioNames(defaults bool) []string {
+	var names []string
+	for _, s := range scenarios {
+		if !defaults || !s.diagnostic {
+			names = append(names, s.Name)
+		}
+	}
+	return names
+}
+
+// diagnosticNames are the scenarios run only when named.
+func diagnosticNames() []string {
+	var names []string
+	for _, s := range scenarios {
+		if s.diagnostic {
+			names = append(names, s.Name)
+		}
 	}
 	return names
 }
