@@ -14,12 +14,16 @@ import (
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/interference"
+	"github.com/tidalqos/tidal/sysadvisor/perfcount"
 )
 
 // Indicator names, as status, actions and metrics show them.
 const (
 	indicatorRunQueueWait = "run-queue wait"
 	indicatorThrottled    = "throttled"
+	// indicatorCPI is shown where the hardware counts it, not yet used by the feedback: its
+	// targets need measuring on machines that have the counters (this kind of VM has none).
+	indicatorCPI = "cycles per instruction"
 )
 
 // interferenceLoop reads online work's interference indicators every interference.interval
@@ -28,6 +32,9 @@ const (
 func (a *Agent) interferenceLoop(ctx context.Context) {
 	meter := interference.NewMeter(a.procDir, a.layout)
 	defer meter.Close()
+	if err := meter.CountCPI(perfcount.CPI); err != nil {
+		a.log.Info("cycles per instruction not measured: this machine does not count them", "err", err)
+	}
 	probes := newProbes(a.cfg.Interference.Interval)
 	defer probes.stop()
 	baselines := interference.NewBaselines(a.cfg.Interference.BaselineFor, a.cfg.Interference.BaselineEvery)
@@ -112,6 +119,9 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			}
 			inds = append(inds, wait,
 				reporter.Indicator{Name: indicatorThrottled, Value: r.ThrottledRatio(), Target: w.targets.Throttled})
+			if r.Instructions > 0 {
+				inds = append(inds, reporter.Indicator{Name: indicatorCPI, Value: r.CPI()})
+			}
 		}
 		for _, ind := range inds {
 			ind.Workload, ind.Tier, ind.RunMilliCPU = r.Name, string(w.tier), run

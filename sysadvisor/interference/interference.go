@@ -1,8 +1,10 @@
 // Package interference measures whether online work is being hurt by the work beside it, the
 // same way on cgroup v1 and v2: how long its threads wait in the CPU run queue for each unit
 // of CPU they run (/proc/<tid>/schedstat), and how often its own CFS quota throttles it
-// (cpu.stat). CPU usage alone cannot tell these apart from demand: a server whose requests
-// wait behind offline work uses no more CPU, it only answers later.
+// (cpu.stat); and, where the hardware counts them, the cycles its threads spent per
+// instruction (perf events: cache and memory-bandwidth interference, which the wait does not
+// show). CPU usage alone cannot tell these apart from demand: a server whose requests wait
+// behind offline work uses no more CPU, it only answers later.
 package interference
 
 import (
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+	"github.com/tidalqos/tidal/sysadvisor/perfcount"
 )
 
 // Group is one online workload to measure.
@@ -34,6 +37,9 @@ type Reading struct {
 	// Periods and Throttled are its CFS bandwidth periods and those in which its quota ran
 	// out (both 0 without a quota).
 	Periods, Throttled int64
+	// Cycles and Instructions are what its threads' CPUs did, counted only after CountCPI
+	// (and from at most maxCountedThreads threads).
+	Cycles, Instructions uint64
 	// Err is set when the group could not be read (its cgroup just went away).
 	Err error
 	// First: the group was read for the first time, so its figures are only a baseline.
@@ -47,6 +53,14 @@ func (r Reading) WaitRatio() float64 {
 		return 0
 	}
 	return float64(r.Wait) / float64(r.Run)
+}
+
+// CPI is cycles per instruction, 0 when no instructions were counted.
+func (r Reading) CPI() float64 {
+	if r.Instructions == 0 {
+		return 0
+	}
+	return float64(r.Cycles) / float64(r.Instructions)
 }
 
 // ThrottledRatio is the fraction of CFS periods in which the group was throttled.
@@ -73,6 +87,20 @@ type Meter struct {
 	cgroups  map[string]*cgroupCPU
 	round    uint64
 	buf      []byte
+	// pair and counted: each thread's perf counters, after CountCPI.
+	pair    *perfcount.Pair
+	counted map[int]*threadCount
+}
+
+// maxCountedThreads bounds the perf counters a Meter keeps open (two file descriptors each):
+// threads past it are left out of the CPI, not of the run-queue wait.
+const maxCountedThreads = 2048
+
+// threadCount is one thread's perf counter and its counts at the last round it was read.
+type threadCount struct {
+	counter *perfcount.Counter
+	last    perfcount.Counts
+	round   uint64
 }
 
 // cgroupCPU is a group's CPU counter, kept open, and its last value: a group that ran less
@@ -90,12 +118,56 @@ func NewMeter(procDir string, layout *cgroupfs.Layout) *Meter {
 		throttle: map[string]cgroupfs.Throttling{}, cgroups: map[string]*cgroupCPU{}, buf: make([]byte, 128)}
 }
 
+// CountCPI makes Read count each measured thread's pair of perf events too (perfcount.CPI:
+// cycles and instructions) into its Reading's Cycles and Instructions. It returns why it
+// cannot where this machine does not count them (most VMs expose no hardware counters); Read
+// then goes on without.
+func (m *Meter) CountCPI(pair perfcount.Pair) error {
+	if err := perfcount.Supported(pair); err != nil {
+		return err
+	}
+	m.pair, m.counted = &pair, map[int]*threadCount{}
+	return nil
+}
+
 // Close releases the counters kept open.
 func (m *Meter) Close() {
 	for cg, c := range m.cgroups {
 		c.counter.Close()
 		delete(m.cgroups, cg)
 	}
+	for tid, t := range m.counted {
+		t.counter.Close()
+		delete(m.counted, tid)
+	}
+}
+
+// count adds what thread tid's perf counters counted since the last round to r. A thread
+// counted for the first time only sets its baseline.
+func (m *Meter) count(tid int, r *Reading) {
+	t := m.counted[tid]
+	if t == nil {
+		if len(m.counted) >= maxCountedThreads {
+			return
+		}
+		c, err := perfcount.Open(tid, *m.pair)
+		if err != nil {
+			return // the thread ended since the list was read
+		}
+		t = &threadCount{counter: c}
+		m.counted[tid] = t
+	}
+	n, err := t.counter.Read()
+	if err != nil {
+		t.counter.Close()
+		delete(m.counted, tid)
+		return
+	}
+	if t.round != 0 && t.round == m.round-1 && n.Over >= t.last.Over && n.By >= t.last.By {
+		r.Cycles += n.Over - t.last.Over
+		r.Instructions += n.By - t.last.By
+	}
+	t.last, t.round = n, m.round
 }
 
 // ran reads group's CPU counter and returns what it used since the last round (-1 the first
@@ -158,6 +230,9 @@ func (m *Meter) Read(groups []Group, minRun time.Duration) []Reading {
 				r.Run += run - prev.run
 				r.Wait += wait - prev.wait
 			}
+			if m.pair != nil {
+				m.count(tid, &r)
+			}
 		}
 		if t, err := m.layout.Throttling(g.Cgroup); err == nil {
 			if prev, ok := m.throttle[g.Cgroup]; ok && t.Periods >= prev.Periods && t.Throttled >= prev.Throttled {
@@ -171,6 +246,12 @@ func (m *Meter) Read(groups []Group, minRun time.Duration) []Reading {
 	for tid, t := range m.tasks {
 		if t.round != m.round {
 			delete(m.tasks, tid)
+		}
+	}
+	for tid, t := range m.counted {
+		if t.round != m.round {
+			t.counter.Close()
+			delete(m.counted, tid)
 		}
 	}
 	for cg := range m.throttle {

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/utils/cpuset"
 
 	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/sysadvisor/perfcount"
 )
 
 func TestParseSchedstat(t *testing.T) {
@@ -107,5 +109,63 @@ func TestMeterSeesRunQueueWaitAndThrottling(t *testing.T) {
 	}
 	if r := m.Read([]Group{{Name: "gone", Cgroup: path.Join(root, "missing")}}, 0)[0]; r.Err == nil {
 		t.Error("a missing cgroup read without error")
+	}
+}
+
+// With CountCPI, Read also sums the perf counts of a group's threads. Software clocks stand in
+// for cycles and instructions (this VM, like most, counts no hardware events): a thread's task
+// clock is its CPU time, so the group's count must match the run time schedstat gave.
+func TestMeterCountsTheThreadsPerfEvents(t *testing.T) {
+	layout := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, layout)
+	w, err := isolation.NewWriter(layout, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := path.Join(root, "web")
+	all := plugins.Settings{CPUs: cpuset.New(0, 1), Mems: cpuset.New(0)}
+	if err := w.Apply([]plugins.Cgroup{{Path: root, Settings: all}, {Path: group, Settings: all}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		if err := w.Attach(group, cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := NewMeter("/proc", layout)
+	defer m.Close()
+	clocks := perfcount.Pair{Name: "task clock per cpu clock",
+		Over: perfcount.Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK},
+		By:   perfcount.Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK}}
+	if err := m.CountCPI(clocks); err != nil {
+		t.Fatal(err)
+	}
+	groups := []Group{{Name: "web", Cgroup: group}}
+	if r := m.Read(groups, 0)[0]; r.Cycles != 0 || r.Instructions != 0 {
+		t.Errorf("a first reading counted threads seen for the first time: %+v", r)
+	}
+	time.Sleep(400 * time.Millisecond)
+	r := m.Read(groups, 0)[0]
+	if r.Run < 100*time.Millisecond {
+		t.Fatalf("reading %+v", r)
+	}
+	if counted := time.Duration(r.Cycles); counted < r.Run*8/10 || counted > r.Run*12/10 {
+		t.Errorf("the threads' task clock counted %v, schedstat says they ran %v", counted, r.Run)
+	}
+	if cpi := r.CPI(); cpi < 0.9 || cpi > 1.1 {
+		t.Errorf("task clock per cpu clock %.3f, want about 1", cpi)
+	}
+	if len(m.counted) != 2 {
+		t.Errorf("%d threads counted, want the 2 spinners", len(m.counted))
+	}
+	// A group no longer read lets its threads' counters go.
+	m.Read(nil, 0)
+	if len(m.counted) != 0 {
+		t.Errorf("%d counters left open after their group went", len(m.counted))
 	}
 }

@@ -1,0 +1,118 @@
+package perfcount
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// clocks is a pair of software events every kernel counts, VM or not: the thread's task clock
+// over its CPU clock, both in nanoseconds of CPU, so their ratio is about 1.
+var clocks = Pair{Name: "task clock per cpu clock",
+	Over: Event{unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_TASK_CLOCK},
+	By:   Event{unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_CPU_CLOCK}}
+
+// busy starts a process that spins, and returns its PID (its only thread's ID).
+func busy(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("counting another process's threads needs root")
+	}
+}
+
+// A counter on another process's thread counts what that thread runs: a spinning thread's
+// task clock grows by the CPU time the kernel's schedstat says it ran (whatever share of the
+// CPUs a busy machine leaves it), and both events of the group move together.
+func TestCounterCountsAnotherThread(t *testing.T) {
+	needRoot(t)
+	pid := busy(t)
+	c, err := Open(pid, clocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before, err := c.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranBefore := schedstatRun(t, pid)
+	time.Sleep(300 * time.Millisecond)
+	after, err := c.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := schedstatRun(t, pid) - ranBefore
+	counted := time.Duration(after.Over - before.Over)
+	if ran < 10*time.Millisecond || counted < ran*8/10 || counted > ran*12/10 {
+		t.Errorf("the spinner's task clock grew %v while schedstat says it ran %v", counted, ran)
+	}
+	if ratio := float64(after.Over-before.Over) / float64(after.By-before.By); ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("task clock / cpu clock = %.3f over the same interval, want about 1", ratio)
+	}
+}
+
+// schedstatRun is the CPU time thread tid has run, from /proc/<tid>/schedstat.
+func schedstatRun(t *testing.T, tid int) time.Duration {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", tid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ns)
+}
+
+func TestOpenSaysWhichThreadAndEvent(t *testing.T) {
+	needRoot(t)
+	_, err := Open(1<<30, clocks)
+	if err == nil || !strings.Contains(err.Error(), "thread 1073741824") || !strings.Contains(err.Error(), "task clock per cpu clock") {
+		t.Errorf("Open on a thread that does not exist: %v", err)
+	}
+}
+
+// Where this machine has hardware counters, a spinning shell's CPI is a plausible figure.
+// Most VMs have none: then Supported's reason is the kernel's, and the test says so.
+func TestCPIWhereTheHardwareCounts(t *testing.T) {
+	needRoot(t)
+	if err := Supported(CPI); err != nil {
+		if !strings.Contains(err.Error(), "cycles per instruction") {
+			t.Errorf("Supported's error does not say what it tried: %v", err)
+		}
+		t.Skipf("no hardware counters here: %v", err)
+	}
+	c, err := Open(busy(t), CPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before, _ := c.Read()
+	time.Sleep(200 * time.Millisecond)
+	after, err := c.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.By <= before.By {
+		t.Fatalf("no instructions counted: %+v -> %+v", before, after)
+	}
+	if cpi := float64(after.Over-before.Over) / float64(after.By-before.By); cpi < 0.05 || cpi > 20 {
+		t.Errorf("CPI of a spinning shell %.3f", cpi)
+	}
+}
