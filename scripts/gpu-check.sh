@@ -23,6 +23,9 @@ build() {
 	"$GO" build -o "$dir/gpucheck" ./sysadvisor/gpu/cmd/gpucheck
 	"$GO" test -c -o "$dir/sysadvisor-gpu.test" ./sysadvisor/gpu
 	"$GO" test -c -o "$dir/plugins-gpu.test" ./plugins/gpu
+	# Not a GPU test: the device machines are where hardware perf counters can be found
+	# (this project's CI VMs have none), so cycles per instruction is checked there too.
+	"$GO" test -c -o "$dir/sysadvisor-perfcount.test" ./sysadvisor/perfcount
 }
 
 run() {
@@ -39,7 +42,7 @@ run() {
 	fi
 	echo "== GPU tests (TIDAL_GPU_REAL=$real)"
 	local pkg status=0
-	for pkg in sysadvisor-gpu plugins-gpu; do
+	for pkg in sysadvisor-gpu plugins-gpu sysadvisor-perfcount; do
 		# Test binaries run in their package directory, as go test does.
 		local src=${pkg/-//}
 		if (cd "$src" && TIDAL_GPU_REAL=$real "$dir/$pkg.test" -test.count=1 "${verbose[@]}"); then

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/reporter"
+	"github.com/tidalqos/tidal/sysadvisor/perfcount"
 	"github.com/tidalqos/tidal/tests/testutil"
 )
 
@@ -275,5 +276,54 @@ func TestAutoMechanismTriesEachAndChooses(t *testing.T) {
 	}
 	if len(switches) != 2 || !strings.Contains(switches[0], "quota -> idle") || !strings.Contains(switches[1], "idle -> quota") {
 		t.Errorf("mechanism actions: %q", switches)
+	}
+}
+
+// Cycles per instruction: where the hardware counts them, status shows a busy online
+// workload's CPI beside its run-queue wait (not used by the feedback: target 0); where it does
+// not (most VMs, this kind of machine among them), the agent says so once at start and shows
+// no such figure rather than a made-up one.
+func TestCPIShownWhereTheHardwareCountsIt(t *testing.T) {
+	n := feedbackNode(t, "")
+	n.start()
+	n.run("--tier", "shared", "--name", "web", "--", "sh", "-c", "while :; do :; done")
+	n.waitWorkload("web")
+	cpi := func() (reporter.Indicator, bool) {
+		for _, i := range n.status().Pools[0].Control.Indicators {
+			if i.Workload == "web" && i.Name == "cycles per instruction" {
+				return i, true
+			}
+		}
+		return reporter.Indicator{}, false
+	}
+	if err := perfcount.Supported(perfcount.CPI); err != nil {
+		// Long enough for several readings of web's run-queue wait, and none of CPI.
+		n.eventually(10*time.Second, "web's run-queue wait", func() error {
+			for _, i := range n.status().Pools[0].Control.Indicators {
+				if i.Workload == "web" && i.Name == "run-queue wait" {
+					return nil
+				}
+			}
+			return fmt.Errorf("none yet")
+		})
+		if i, ok := cpi(); ok {
+			t.Errorf("status shows a CPI where the machine counts none: %+v", i)
+		}
+		if !strings.Contains(n.log.String(), "cycles per instruction not measured") {
+			t.Errorf("the agent's log does not say why CPI is not measured:\n%s", n.log.String())
+		}
+		t.Logf("no hardware counters here (%v): the agent says so and shows none", err)
+		return
+	}
+	var i reporter.Indicator
+	n.eventually(10*time.Second, "web's CPI", func() error {
+		var ok bool
+		if i, ok = cpi(); !ok {
+			return fmt.Errorf("none yet")
+		}
+		return nil
+	})
+	if i.Value < 0.05 || i.Value > 20 || i.Target != 0 {
+		t.Errorf("web's CPI indicator %+v: want a plausible figure, not used by the feedback", i)
 	}
 }
