@@ -13,6 +13,7 @@ import (
 	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/sysadvisor/perfcount"
 )
 
@@ -38,15 +39,22 @@ func TestRatios(t *testing.T) {
 	}
 }
 
-// Two busy loops sharing one CPU each wait about as long as they run; one alone on its CPU
-// barely waits; a quota of a quarter CPU throttles it in most periods.
-func TestMeterSeesRunQueueWaitAndThrottling(t *testing.T) {
+// testTree is a writer on this machine's cgroups and a uniquely named root for one test,
+// removed when it ends.
+func testTree(t *testing.T) (*cgroupfs.Layout, string, *isolation.Writer) {
 	layout := isolationtest.Layout(t)
 	root := isolationtest.RootName(t, layout)
 	w, err := isolation.NewWriter(layout, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return layout, root, w
+}
+
+// Two busy loops sharing one CPU each wait about as long as they run; one alone on its CPU
+// barely waits; a quota of a quarter CPU throttles it in most periods.
+func TestMeterSeesRunQueueWaitAndThrottling(t *testing.T) {
+	layout, root, w := testTree(t)
 	shared, alone, capped := path.Join(root, "shared"), path.Join(root, "alone"), path.Join(root, "capped")
 	one := func(cpu int) plugins.Settings { return plugins.Settings{CPUs: cpuset.New(cpu), Mems: cpuset.New(0)} }
 	cappedSettings := one(1)
@@ -116,12 +124,7 @@ func TestMeterSeesRunQueueWaitAndThrottling(t *testing.T) {
 // for cycles and instructions (this VM, like most, counts no hardware events): a thread's task
 // clock is its CPU time, so the group's count must match the run time schedstat gave.
 func TestMeterCountsTheThreadsPerfEvents(t *testing.T) {
-	layout := isolationtest.Layout(t)
-	root := isolationtest.RootName(t, layout)
-	w, err := isolation.NewWriter(layout, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	layout, root, w := testTree(t)
 	group := path.Join(root, "web")
 	all := plugins.Settings{CPUs: cpuset.New(0, 1), Mems: cpuset.New(0)}
 	if err := w.Apply([]plugins.Cgroup{{Path: root, Settings: all}, {Path: group, Settings: all}}); err != nil {

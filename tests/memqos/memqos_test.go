@@ -47,6 +47,10 @@ const (
 	pageBytes       = 4096
 )
 
+// diskReadLatency: a second whose read p99 is over this went to the disk for some of its
+// reads (a page-cache hit takes 30-40 us here).
+const diskReadLatency = time.Millisecond
+
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(onlineEnv); dir != "" {
 		if err := serveOnline(dir); err != nil {
@@ -416,10 +420,16 @@ func TestOnlinePageCacheHoldsUnderAHog(t *testing.T) {
 	}
 	// The latency the residency stands for: unconstrained, the seconds in which the hog pushed
 	// the working set out are disk reads (the disk here is fast, so they are few and the
-	// median second barely moves); under tidal no second should be.
-	if freeN == 0 || tidalN == 0 {
+	// median second barely moves); under tidal no second should be. Some days the VM's disk
+	// answers those reads from the host's cache in well under a millisecond, and the worst
+	// second unconstrained is then a stall like any other (396 against 417 us under tidal on
+	// 2026-12-02): the comparison means something only once that second shows a disk read.
+	switch {
+	case freeN == 0 || tidalN == 0:
 		t.Errorf("no online latency figures: %d seconds unconstrained, %d under tidal", freeN, tidalN)
-	} else if tidalWorst >= freeWorst {
+	case freeWorst < diskReadLatency:
+		t.Logf("unconstrained, the worst second's p99 (%s) is under %s: the evicted reads came back too fast to tell from other stalls; the residency above is the check", freeWorst, diskReadLatency)
+	case tidalWorst >= freeWorst:
 		t.Errorf("online read p99 in the worst second under tidal %s, unconstrained %s: want lower under tidal", tidalWorst, freeWorst)
 	}
 	if oomKilled(exit, evicted) {
