@@ -100,8 +100,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.antagonistSize, "antagonist-size", "64Mi", "buffer the cache antagonist sweeps")
 	fs.DurationVar(&o.slo, "slo", 0, "SLO on the 1-second online p99 (0: -slo-factor times the round's online-alone p99)")
 	fs.Float64Var(&o.sloFactor, "slo-factor", 2, "SLO as a multiple of the same round's online-alone p99")
-	scen := fs.String("scenarios", strings.Join(scenarioNames(true), ","), "scenarios to run, in this order each round (also the diagnostics "+
-		strings.Join(diagnosticNames(), ", ")+")")
+	scen := fs.String("scenarios", strings.Join(scenarioNames(runByDefault), ","), "scenarios to run, in this order each round (also the diagnostics "+
+		strings.Join(scenarioNames(diagnostic), ", ")+")")
 	srv := fs.String("servers", strings.Join(serverNames(), ","), "online services, each through every scenario each round: "+strings.Join(serverNames(), ", "))
 	fs.StringVar(&o.tidalBin, "tidal", "", "a prebuilt tidal binary (default: build ./cmd/tidal)")
 	fs.StringVar(&o.agentConfig, "agent-config", "", "extra agent settings (a YAML file, e.g. cpu.peakWindow) for a what-if run; "+
@@ -171,7 +171,7 @@ func (o options) validate(extra int) error {
 	}
 	for _, s := range o.scenarios {
 		if _, ok := scenarioByName(s); !ok {
-			return fmt.Errorf("-scenarios: unknown scenario %q (want some of %s)", s, strings.Join(scenarioNames(false), ", "))
+			return fmt.Errorf("-scenarios: unknown scenario %q (want some of %s)", s, strings.Join(scenarioNames(anyScenario), ", "))
 		}
 	}
 	return nil

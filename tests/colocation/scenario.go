@@ -94,27 +94,21 @@ func upperHalf(all cpuset.CPUSet) cpuset.CPUSet {
 	return cpuset.New(l[len(l)/2:]...)
 }
 
-// scenarioNames are the names of all scenarios, or with defaults only those run by default.
-func scenarioNames(defaults bool) []string {
+// scenarioNames are the names of the scenarios keep accepts, in the order they run.
+func scenarioNames(keep func(scenario) bool) []string {
 	var names []string
 	for _, s := range scenarios {
-		if !defaults || !s.diagnostic {
+		if keep(s) {
 			names = append(names, s.Name)
 		}
 	}
 	return names
 }
 
-// diagnosticNames are the scenarios run only when named.
-func diagnosticNames() []string {
-	var names []string
-	for _, s := range scenarios {
-		if s.diagnostic {
-			names = append(names, s.Name)
-		}
-	}
-	return names
-}
+// Filters for scenarioNames.
+func runByDefault(s scenario) bool { return !s.diagnostic }
+func diagnostic(s scenario) bool   { return s.diagnostic }
+func anyScenario(scenario) bool    { return true }
 
 func scenarioByName(name string) (scenario, bool) {
 	for _, s := range scenarios {
