@@ -45,19 +45,20 @@ type Counter struct {
 // Open starts counting p on thread tid (it must be root, or hold CAP_PERFMON, to count
 // another process's threads).
 func Open(tid int, p Pair) (*Counter, error) {
-	leader, err := open(p.Over, tid, -1)
+	leader, err := open(p, p.Over, tid, -1)
 	if err != nil {
-		return nil, fmt.Errorf("perf_event_open %s (type %d, config %d) on thread %d: %w", p.Name, p.Over.Type, p.Over.Config, tid, err)
+		return nil, err
 	}
-	member, err := open(p.By, tid, leader)
+	member, err := open(p, p.By, tid, leader)
 	if err != nil {
 		unix.Close(leader)
-		return nil, fmt.Errorf("perf_event_open %s (type %d, config %d) on thread %d: %w", p.Name, p.By.Type, p.By.Config, tid, err)
+		return nil, err
 	}
 	return &Counter{leader: leader, member: member}, nil
 }
 
-func open(e Event, tid, group int) (int, error) {
+// open opens event e of pair p on thread tid, in group (-1: as its leader).
+func open(p Pair, e Event, tid, group int) (int, error) {
 	attr := unix.PerfEventAttr{
 		Type:        e.Type,
 		Config:      e.Config,
@@ -65,7 +66,11 @@ func open(e Event, tid, group int) (int, error) {
 		Read_format: unix.PERF_FORMAT_GROUP,
 		Bits:        unix.PerfBitExcludeHv,
 	}
-	return unix.PerfEventOpen(&attr, tid, -1, group, unix.PERF_FLAG_FD_CLOEXEC)
+	fd, err := unix.PerfEventOpen(&attr, tid, -1, group, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("perf_event_open %s (type %d, config %d) on thread %d: %w", p.Name, e.Type, e.Config, tid, err)
+	}
+	return fd, nil
 }
 
 // Read returns the counts so far.
