@@ -142,9 +142,11 @@ func TestMeterCountsTheThreadsPerfEvents(t *testing.T) {
 	}
 	m := NewMeter("/proc", layout)
 	defer m.Close()
-	clocks := perfcount.Pair{Name: "task clock per cpu clock",
+	// The task clock twice in one group stands in for cycles and instructions: every kernel
+	// counts it, and both read alike (see perfcount's test for why not the CPU clock).
+	clocks := perfcount.Pair{Name: "task clock per task clock",
 		Over: perfcount.Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK},
-		By:   perfcount.Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK}}
+		By:   perfcount.Event{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_TASK_CLOCK}}
 	if err := m.CountCPI(clocks); err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +162,8 @@ func TestMeterCountsTheThreadsPerfEvents(t *testing.T) {
 	if counted := time.Duration(r.Cycles); counted < r.Run*8/10 || counted > r.Run*12/10 {
 		t.Errorf("the threads' task clock counted %v, schedstat says they ran %v", counted, r.Run)
 	}
-	if cpi := r.CPI(); cpi < 0.9 || cpi > 1.1 {
-		t.Errorf("task clock per cpu clock %.3f, want about 1", cpi)
+	if cpi := r.CPI(); cpi < 0.99 || cpi > 1.01 {
+		t.Errorf("task clock per task clock %.4f, want 1", cpi)
 	}
 	if len(m.counted) != 2 {
 		t.Errorf("%d threads counted, want the 2 spinners", len(m.counted))

@@ -12,11 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// clocks is a pair of software events every kernel counts, VM or not: the thread's task clock
-// over its CPU clock, both in nanoseconds of CPU, so their ratio is about 1.
-var clocks = Pair{Name: "task clock per cpu clock",
+// clocks stands in for a hardware pair where there is none: the thread's task clock, a
+// software event every kernel counts, twice in one group, so the ratio is 1 to within the
+// microsecond between reading the two. (Not task clock over CPU clock: they belong to two
+// software PMUs, and a group read on Linux 6.18 left the CPU clock behind, in CI by 10% and
+// here once by all of 300 ms.)
+var clocks = Pair{Name: "task clock per task clock",
 	Over: Event{unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_TASK_CLOCK},
-	By:   Event{unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_CPU_CLOCK}}
+	By:   Event{unix.PERF_TYPE_SOFTWARE, unix.PERF_COUNT_SW_TASK_CLOCK}}
 
 // busy starts a process that spins, and returns its PID (its only thread's ID).
 func busy(t *testing.T) int {
@@ -61,8 +64,8 @@ func TestCounterCountsAnotherThread(t *testing.T) {
 	if ran < 10*time.Millisecond || counted < ran*8/10 || counted > ran*12/10 {
 		t.Errorf("the spinner's task clock grew %v while schedstat says it ran %v", counted, ran)
 	}
-	if ratio := float64(after.Over-before.Over) / float64(after.By-before.By); ratio < 0.9 || ratio > 1.1 {
-		t.Errorf("task clock / cpu clock = %.3f over the same interval, want about 1", ratio)
+	if ratio := float64(after.Over-before.Over) / float64(after.By-before.By); ratio < 0.99 || ratio > 1.01 {
+		t.Errorf("the group's two task clocks grew %d and %d ns over the same interval", after.Over-before.Over, after.By-before.By)
 	}
 }
 
@@ -83,7 +86,7 @@ func schedstatRun(t *testing.T, tid int) time.Duration {
 func TestOpenSaysWhichThreadAndEvent(t *testing.T) {
 	needRoot(t)
 	_, err := Open(1<<30, clocks)
-	if err == nil || !strings.Contains(err.Error(), "thread 1073741824") || !strings.Contains(err.Error(), "task clock per cpu clock") {
+	if err == nil || !strings.Contains(err.Error(), "thread 1073741824") || !strings.Contains(err.Error(), "task clock per task clock") {
 		t.Errorf("Open on a thread that does not exist: %v", err)
 	}
 }
