@@ -552,6 +552,18 @@ func (a *Advisor) Spike(now time.Time, node int, r SpikeRates) *Change {
 	return &Change{"shrink", fmt.Sprintf("numa %d: %s: reclaimed CPU %dm -> %dm", node, why, cur, target)}
 }
 
+// SpikeLimits are node's share of online use at or below which Spike cuts nothing: a window
+// rate above windowMilli or a burst above burstMilli may cut (ok false: the node lends
+// nothing Spike could cut). The fast path's watch wakes the agent only above them.
+func (a *Advisor) SpikeLimits(node int) (windowMilli, burstMilli int64, ok bool) {
+	cur, ok := a.plan.ReclaimedMilliCPU[node]
+	if !ok {
+		return 0, 0, false
+	}
+	kept := a.pool[node] - cur
+	return int64(a.cfg.SpikeThreshold * float64(kept)), kept, true
+}
+
 // record appends a point and drops those older than the window.
 func record(h []point, t time.Time, v int64, window time.Duration) []point {
 	h = append(h, point{t, v})

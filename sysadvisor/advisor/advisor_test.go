@@ -144,6 +144,36 @@ func TestSpikeShrinksAtOnce(t *testing.T) {
 	}
 }
 
+// SpikeLimits are where Spike begins to act: at them it cuts nothing, one millicore above
+// either (the window rate or the burst) it does. The fast path's watch wakes the agent only
+// above them, so a limit set too high would leave a spike unseen.
+func TestSpikeLimitsAreWhereSpikeBeginsToCut(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(0, 0)
+	for i := 0; i < 20; i++ {
+		a.Step(sample(t0, i, 500))
+	}
+	window, burst, ok := a.SpikeLimits(0)
+	if !ok || window != 600 || burst != 750 {
+		t.Fatalf("limits %dm, %dm (%v), want 600m and 750m (0.8 of the 750m kept, and all of it)", window, burst, ok)
+	}
+	if ch := a.Spike(t0.Add(20*time.Second), 0, SpikeRates{WindowMilli: window, BurstMilli: burst}); ch != nil {
+		t.Fatalf("at the limits Spike cut: %+v", ch)
+	}
+	for _, r := range []SpikeRates{{WindowMilli: window + 1}, {BurstMilli: burst + 1}} {
+		b := New(testConfig())
+		for i := 0; i < 20; i++ {
+			b.Step(sample(t0, i, 500))
+		}
+		if b.Spike(t0.Add(20*time.Second), 0, r) == nil {
+			t.Errorf("%+v, just above a limit, cut nothing", r)
+		}
+	}
+	if _, _, ok := a.SpikeLimits(7); ok {
+		t.Error("limits for a NUMA node that lends nothing")
+	}
+}
+
 func TestResetFallsToMinimum(t *testing.T) {
 	a := New(testConfig())
 	t0 := time.Unix(0, 0)

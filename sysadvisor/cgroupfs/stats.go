@@ -190,13 +190,18 @@ type CPUCounter struct {
 	buf []byte
 }
 
+// CPUCounterPath is the file holding cgroup rel's cumulative CPU time: cpuacct.usage
+// (nanoseconds) on v1, cpu.stat (its usage_usec line) on v2.
+func (l *Layout) CPUCounterPath(rel string) string {
+	if l.Version == V2 {
+		return filepath.Join(l.Dir("cpu", rel), "cpu.stat")
+	}
+	return filepath.Join(l.Dir("cpuacct", rel), "cpuacct.usage")
+}
+
 // OpenCPUCounter opens the CPU counter of cgroup rel.
 func (l *Layout) OpenCPUCounter(rel string) (*CPUCounter, error) {
-	path := filepath.Join(l.Dir("cpuacct", rel), "cpuacct.usage")
-	if l.Version == V2 {
-		path = filepath.Join(l.Dir("cpu", rel), "cpu.stat")
-	}
-	f, err := os.Open(path)
+	f, err := os.Open(l.CPUCounterPath(rel))
 	if err != nil {
 		return nil, err
 	}
