@@ -38,7 +38,7 @@ import (
 	"github.com/tidalqos/tidal/sysadvisor/interference"
 	"github.com/tidalqos/tidal/sysadvisor/ioadvisor"
 	"github.com/tidalqos/tidal/sysadvisor/mechanism"
-	"github.com/tidalqos/tidal/sysadvisor/rate"
+	"github.com/tidalqos/tidal/sysadvisor/spikewatch"
 	"github.com/tidalqos/tidal/sysadvisor/topology"
 )
 
@@ -116,8 +116,10 @@ type Agent struct {
 	passes  int
 	// completedPasses is passes as status reads it.
 	completedPasses atomic.Uint64
-	// fast is the fast path's window (its goroutine only).
-	fast *rate.Window
+	// watch is the fast path's spike watch (its limits set under mu); watched, the cgroups
+	// it counts (the fast loop's only).
+	watch   *spikewatch.Watch
+	watched spikewatch.Counters
 
 	// CPU starvation eviction (issue 12). starvation, its meter and its last reading's time
 	// are the slow loop's; satisfaction (the latest figure of each reclaimed workload, for
@@ -256,7 +258,6 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 	if err := a.newSources(); err != nil {
 		return nil, err
 	}
-	a.fast = rate.NewWindow(cfg.Loops.FastWindow)
 	if err := a.restore(); err != nil {
 		return nil, err
 	}
@@ -345,6 +346,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("metrics address %s: %w", addr, err)
 		}
 		serve("metrics", a.metricsServer(), mln)
+	}
+	if err := a.startSpikeWatch(); err != nil {
+		cancel()
+		wg.Wait()
+		return err
 	}
 	wg.Go(func() { a.slowLoop(ctx) })
 	wg.Go(func() { a.fastLoop(ctx) })

@@ -9,149 +9,114 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tidalqos/tidal/internal/threadtick"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
-	"github.com/tidalqos/tidal/sysadvisor/rate"
+	"github.com/tidalqos/tidal/sysadvisor/spikewatch"
 )
 
 // idleFastTicks: while every NUMA node lends only its minimum, the fast path has nothing to
 // cut, and samples this many times less often (it only keeps its window warm). The first
-// tick after lending grows is at most this many fast intervals away.
+// tick after lending grows comes at once (the watch cuts a slow tick short).
 const idleFastTicks = 10
 
-// fastLoop samples online work's CPU counters every fast interval and shrinks lending at
-// once when online work spikes; the slow loop grows it back later. It sleeps on its own
-// thread (threadtick), the cheapest wake-up on a VM; it notices ctx within one interval.
-func (a *Agent) fastLoop(ctx context.Context) {
-	pace := threadtick.Start()
-	defer pace.Stop()
-	c := onlineCounters{layout: a.layout, open: map[string]*cgroupfs.CPUCounter{}}
-	defer c.close()
-	observe := a.metrics.LoopObserver("fast")
-	next := a.cfg.Loops.FastInterval
-	for ticks := 0; ; ticks++ {
-		late := pace.Sleep(next)
-		if ctx.Err() != nil {
-			return
-		}
-		start := time.Now()
-		// Which cgroups hold online work changes as pods come and go: look again about once
-		// a second. A changed set makes the cumulative sum jump, so the window starts over.
-		if ticks%onlineRefreshTicks == 0 {
-			plus, minus := a.onlineCgroups()
-			if c.set(plus, minus) {
-				a.fast = rate.NewWindow(a.cfg.Loops.FastWindow)
-			}
-		}
-		next = a.cfg.Loops.FastInterval
-		if used, ok := c.read(); ok {
-			// Stamp the reading when it was taken: a rate over a window it does not cover
-			// would be overstated.
-			now := time.Now()
-			milli, full := a.fast.Add(now, used)
-			cuttable := true
-			if full {
-				var burst int64
-				if d := a.cfg.Loops.FastBurstWindow; d > 0 {
-					burst, _ = a.fast.Over(d)
-				}
-				cuttable = a.spike(now, milli, burst)
-			}
-			if !cuttable {
-				next *= idleFastTicks
-			}
-			observe(late + time.Since(start))
-		}
-	}
-}
+// onlineRefresh: which cgroups hold online work changes as pods come and go; the fast path
+// looks again this often, and then also reopens a counter that failed (the watch reads no
+// sum without all of online work's counters, so a tier cgroup someone removed and the agent
+// re-created leaves it blind until then).
+const onlineRefresh = time.Second
 
-// onlineRefreshTicks fast ticks pass between two looks at which cgroups hold online work.
-const onlineRefreshTicks = 100
-
-// onlineCounters sums the CPU time of the plus cgroups less that of the minus ones, keeping
-// each counter open (a pread per tick, no open or path walk).
-type onlineCounters struct {
-	layout      *cgroupfs.Layout
-	plus, minus []string
-	open        map[string]*cgroupfs.CPUCounter
-}
-
-// set changes the cgroups counted and reports whether they changed.
-func (c *onlineCounters) set(plus, minus []string) bool {
-	if slices.Equal(plus, c.plus) && slices.Equal(minus, c.minus) {
-		return false
-	}
-	c.plus, c.minus = plus, minus
-	keep := map[string]bool{}
-	for _, p := range append(append([]string(nil), plus...), minus...) {
-		keep[p] = true
-	}
-	for p, ctr := range c.open {
-		if !keep[p] {
-			ctr.Close()
-			delete(c.open, p)
-		}
-	}
-	return true
-}
-
-// read sums the counters, reopening one that fails (a tier cgroup re-created after someone
-// removed it). A plus cgroup that cannot be read fails the reading; a minus one (a pod that
-// just ended) counts as zero.
-func (c *onlineCounters) read() (time.Duration, bool) {
-	var used time.Duration
-	for i, group := range [][]string{c.plus, c.minus} {
-		for _, p := range group {
-			u, err := c.readOne(p)
-			if err != nil {
-				if i == 0 {
-					return 0, false
-				}
-				continue
-			}
-			if i == 0 {
-				used += u
-			} else {
-				used -= u
-			}
-		}
-	}
-	return max(used, 0), true
-}
-
-func (c *onlineCounters) readOne(p string) (time.Duration, error) {
-	ctr := c.open[p]
-	if ctr == nil {
-		var err error
-		if ctr, err = c.layout.OpenCPUCounter(p); err != nil {
-			return 0, err
-		}
-		c.open[p] = ctr
-	}
-	u, err := ctr.Read()
+// startSpikeWatch starts the fast path's watch: online work's CPU counters read every fast
+// interval on a thread outside the Go runtime (spikewatch), waking the agent only when their
+// rate crosses what some node could cut for.
+func (a *Agent) startSpikeWatch() error {
+	w, err := spikewatch.Start(spikewatch.Config{Interval: a.cfg.Loops.FastInterval, Window: a.cfg.Loops.FastWindow,
+		Burst: a.cfg.Loops.FastBurstWindow, SlowTicks: idleFastTicks})
 	if err != nil {
-		ctr.Close()
-		delete(c.open, p)
+		return fmt.Errorf("fast path: %w", err)
 	}
-	return u, err
+	a.mu.Lock()
+	a.watch = w // under mu: a reconcile (an admission) may already read it
+	a.spikeLimitsChangedLocked()
+	a.mu.Unlock()
+	a.watchOnline()
+	return nil
 }
 
-func (c *onlineCounters) close() {
-	for _, ctr := range c.open {
-		ctr.Close()
+// fastLoop shrinks lending at once when the watch sees online work spike; the slow loop
+// grows it back later. It owns the watch and stops it on ctx's end. Its duration metric is
+// how late the watch's tick woke plus how long the agent took to act on the crossing.
+func (a *Agent) fastLoop(ctx context.Context) {
+	defer a.watch.Stop()
+	observe := a.metrics.LoopObserver("fast")
+	refresh := time.NewTicker(onlineRefresh)
+	defer refresh.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-refresh.C:
+			a.watchOnline()
+		case c := <-a.watch.Crossings():
+			start := time.Now()
+			a.spike(c.At, c.WindowMilli, c.BurstMilli)
+			observe(c.Late + time.Since(start))
+		}
 	}
+}
+
+// watchOnline points the watch at the cgroups that hold online work now, if they changed or
+// a counter failed (a changed set starts the watch's window over).
+func (a *Agent) watchOnline() {
+	plus, minus := a.onlineCgroups()
+	if slices.Equal(plus, a.watched.Plus) && slices.Equal(minus, a.watched.Minus) && !a.watch.Stale() {
+		return
+	}
+	a.watched = spikewatch.Counters{Plus: plus, Minus: minus}
+	files := func(cgroups []string) []string {
+		var out []string
+		for _, cg := range cgroups {
+			out = append(out, a.layout.CPUCounterPath(cg))
+		}
+		return out
+	}
+	a.watch.SetCounters(spikewatch.Counters{Plus: files(plus), Minus: files(minus)})
+}
+
+// spikeLimitsChangedLocked tells the watch the least online rates at which a spike could cut
+// something now; call it whenever the plan or the pools change. The advisor's limits are per
+// node, and spike splits online use over nodes by pool size, so each node's limit is scaled
+// up by the same split (rounded down: the watch may wake the agent for nothing, never miss).
+func (a *Agent) spikeLimitsChangedLocked() {
+	if a.watch == nil {
+		return
+	}
+	l := spikewatch.Limits{WindowMilli: spikewatch.Never, BurstMilli: spikewatch.Never, Slow: !a.advisor.LendsAboveMinimum()}
+	var total int64
+	for _, np := range a.pools {
+		total += int64(np.Shared.Size())
+	}
+	for _, np := range a.pools {
+		size := int64(np.Shared.Size())
+		window, burst, ok := a.advisor.SpikeLimits(np.Node)
+		if !ok || size == 0 {
+			continue
+		}
+		l.WindowMilli = min(l.WindowMilli, window*total/size)
+		if a.cfg.Loops.FastBurstWindow > 0 {
+			l.BurstMilli = min(l.BurstMilli, burst*total/size)
+		}
+	}
+	a.watch.SetLimits(l)
 }
 
 // spike hands the online rates (over the fast window and the burst window), split over NUMA
 // nodes by pool size, to the advisor and, if that shrank lending, writes the reclaimed limits
-// at once. It reports whether any node still lends more than its minimum (something a spike
-// could cut).
-func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) (cuttable bool) {
+// at once.
+func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) {
 	a.mu.Lock()
 	var total int64
 	for _, np := range a.pools {
@@ -172,13 +137,12 @@ func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) (cuttable bo
 	}
 	if changed {
 		a.planGeneration++
+		a.spikeLimitsChangedLocked()
 	}
-	cuttable = a.advisor.LendsAboveMinimum()
 	a.mu.Unlock()
 	if changed {
 		a.writeReclaimedLimits()
 	}
-	return cuttable
 }
 
 // writeReclaimedLimits is the fast path's narrow write: only the reclaimed cgroups' CPU limits
@@ -192,6 +156,7 @@ func (a *Agent) writeReclaimedLimits() {
 	plan := a.writtenPlanLocked(time.Now(), snap)
 	old := a.pools
 	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, plan.ReclaimedMilliCPU)
+	a.spikeLimitsChangedLocked()
 	node := a.nodeLocked(plan)
 	a.mu.Unlock()
 	if !samePoolCPUs(old, node.Pools) {
@@ -285,6 +250,7 @@ func (a *Agent) watchPressure(ctx context.Context) {
 		}
 		if len(changes) > 0 {
 			a.planGeneration++
+			a.spikeLimitsChangedLocked()
 		}
 		a.mu.Unlock()
 		if len(changes) > 0 {

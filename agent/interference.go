@@ -170,6 +170,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	if changed {
 		a.planGeneration++
 	}
+	a.spikeLimitsChangedLocked()
 	atMinimum = a.atMinimumLocked(pools)
 	a.mu.Unlock()
 	if done {

@@ -94,6 +94,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 			a.actionLocked(c.Kind, "online-usage", c.Reason)
 		}
 	}
+	a.spikeLimitsChangedLocked()
 	a.mu.Unlock()
 	if err == nil && fresh {
 		a.maybeEvictForMemory(ctx, s)

@@ -229,6 +229,7 @@ func (a *Agent) reconcile() error {
 	plan := a.writtenPlanLocked(time.Now(), snap)
 	old := a.pools
 	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, plan.ReclaimedMilliCPU)
+	a.spikeLimitsChangedLocked()
 	node := a.nodeLocked(plan)
 	generation := a.planGeneration
 	a.mu.Unlock()
@@ -254,6 +255,7 @@ func (a *Agent) reconcile() error {
 		for _, c := range a.advisor.Reset("cgroup writes failing") {
 			a.actionLocked("shrink", "cgroup-error", c.Reason)
 		}
+		a.spikeLimitsChangedLocked()
 	}
 	a.applyErr = err
 	shrunk := a.planGeneration != generation
