@@ -177,6 +177,25 @@ static void *sw_run(void *arg) {
 	return NULL;
 }
 
+// sw_window is a watch without its thread: its rate window alone, for the test that holds it
+// to sysadvisor/rate's.
+static sw_watch *sw_window(int64_t interval, int64_t window, int64_t burst) {
+	sw_watch *w = calloc(1, sizeof *w);
+	w->interval = interval;
+	w->window = window;
+	w->burst = burst;
+	w->cap = (int)(window / interval) + 8;
+	w->t = calloc(w->cap, sizeof *w->t);
+	w->u = calloc(w->cap, sizeof *w->u);
+	return w;
+}
+
+static void sw_window_free(sw_watch *w) {
+	free(w->t);
+	free(w->u);
+	free(w);
+}
+
 static sw_watch *sw_start(int64_t interval, int64_t window, int64_t burst, int64_t slow_ticks, int notify) {
 	sw_watch *w = calloc(1, sizeof *w);
 	if (!w) return NULL;
@@ -367,3 +386,23 @@ func (w *Watch) Stop() {
 	w.files = nil
 	w.mu.Unlock()
 }
+
+// window is the thread's rate window without the thread (sw_add alone), so that a test can
+// feed it readings and hold it to sysadvisor/rate's Window.
+type window struct{ w *C.sw_watch }
+
+func newWindow(interval, length, burst time.Duration) window {
+	return window{C.sw_window(C.int64_t(interval), C.int64_t(length), C.int64_t(burst))}
+}
+
+// add records a reading taken at now (any monotonic origin) and returns the rates over the
+// window and the burst, once the readings cover the window.
+func (w window) add(now, used time.Duration) (milli, burst int64, ok bool) {
+	var m, b C.int64_t
+	if C.sw_add(w.w, C.int64_t(now), C.int64_t(used), &m, &b) == 0 {
+		return 0, 0, false
+	}
+	return int64(m), int64(b), true
+}
+
+func (w window) free() { C.sw_window_free(w.w) }

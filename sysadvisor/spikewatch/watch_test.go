@@ -2,10 +2,13 @@ package spikewatch
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tidalqos/tidal/sysadvisor/rate"
 )
 
 // counter is a file in a counter's format, written as a cgroup's would be: the whole value
@@ -197,5 +200,45 @@ func TestLeavingSlowCutsTheSlowTickShort(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("no crossing within 2 s of leaving a 5 s slow tick")
+	}
+}
+
+// The thread's window (C) gives the rates sysadvisor/rate's Window gives the Go side, reading
+// for reading: over random series with jittered ticks, idle stretches and bursts, and counters
+// that go back.
+func TestTheThreadsWindowIsRatesWindow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for series := 0; series < 200; series++ {
+		interval := time.Duration(1+rng.IntN(20)) * time.Millisecond
+		length := interval * time.Duration(1+rng.IntN(5))
+		burst := time.Duration(0)
+		if rng.IntN(3) > 0 {
+			burst = interval + time.Duration(rng.Int64N(int64(length-interval)+1))
+		}
+		c, g := newWindow(interval, length, burst), rate.NewWindow(length)
+		origin := time.Unix(1000, 0)
+		var now, used time.Duration
+		for reading := 0; reading < 100; reading++ {
+			now += interval + time.Duration(rng.Int64N(int64(interval)/2)) - interval/4
+			switch rng.IntN(10) {
+			case 0: // the counter went back (a cgroup re-created)
+				used /= 2
+			case 1, 2: // idle
+			default:
+				used += time.Duration(rng.Int64N(int64(3 * interval)))
+			}
+			cm, cb, cok := c.add(now, used)
+			gm, gok := g.Add(origin.Add(now), used)
+			var gb int64
+			if gok && burst > 0 {
+				gb, _ = g.Over(burst)
+			}
+			if cok != gok || cm != gm || (cok && cb != gb) {
+				c.free()
+				t.Fatalf("series %d (interval %v, window %v, burst %v), reading %d at %v: C %d/%d/%v, Go %d/%d/%v",
+					series, interval, length, burst, reading, now, cm, cb, cok, gm, gb, gok)
+			}
+		}
+		c.free()
 	}
 }
