@@ -84,9 +84,11 @@ func TestSLOProbeCutsLending(t *testing.T) {
 	if !strings.Contains(cut.Reason, "(target 0.010)") {
 		t.Errorf("the cut does not show the probe's target: %s", cut.Reason)
 	}
+	// The probe's figure over its target: about the 30 ms of work, which is calibrated work
+	// rather than a timer, so it can come out a little under 30 ms (29.9 ms in one CI run).
 	found := false
 	for _, i := range n.status().Pools[0].Control.Indicators {
-		found = found || i.Workload == "web" && i.Name == "probe latency" && i.Value >= 0.03 && i.Target == 0.01
+		found = found || i.Workload == "web" && i.Name == "probe latency" && i.Value >= 0.02 && i.Target == 0.01
 	}
 	if !found {
 		t.Errorf("status shows no probe latency for web: %+v", n.status().Pools[0].Control.Indicators)
