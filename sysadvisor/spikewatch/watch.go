@@ -26,7 +26,7 @@ typedef struct {
 	pthread_mutex_t mu;
 	pthread_cond_t wake;
 	int woken;
-	int *fds;                        // plus, then minus; -1: could not be opened
+	int *fds;                        // plus, then minus; -1: could not be opened, -2: dropped
 	int nplus, nminus;
 	int restart;                     // the set changed: the window starts over
 
