@@ -116,8 +116,8 @@ type Agent struct {
 	passes  int
 	// completedPasses is passes as status reads it.
 	completedPasses atomic.Uint64
-	// watch is the fast path's spike watch (its limits set under mu); watched, the cgroups
-	// it counts (the fast loop's only).
+	// watch is the fast path's spike watch (its limits set under mu); watched, the counter
+	// files it reads (the fast loop's only).
 	watch   *spikewatch.Watch
 	watched spikewatch.Counters
 

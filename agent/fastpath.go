@@ -72,10 +72,6 @@ func (a *Agent) fastLoop(ctx context.Context) {
 // a counter failed (a changed set starts the watch's window over).
 func (a *Agent) watchOnline() {
 	plus, minus := a.onlineCgroups()
-	if slices.Equal(plus, a.watched.Plus) && slices.Equal(minus, a.watched.Minus) && !a.watch.Stale() {
-		return
-	}
-	a.watched = spikewatch.Counters{Plus: plus, Minus: minus}
 	files := func(cgroups []string) []string {
 		var out []string
 		for _, cg := range cgroups {
@@ -83,7 +79,12 @@ func (a *Agent) watchOnline() {
 		}
 		return out
 	}
-	a.watch.SetCounters(spikewatch.Counters{Plus: files(plus), Minus: files(minus)})
+	want := spikewatch.Counters{Plus: files(plus), Minus: files(minus)}
+	if slices.Equal(want.Plus, a.watched.Plus) && slices.Equal(want.Minus, a.watched.Minus) && !a.watch.Stale() {
+		return
+	}
+	a.watched = want
+	a.watch.SetCounters(want)
 }
 
 // spikeLimitsChangedLocked tells the watch the least online rates at which a spike could cut
