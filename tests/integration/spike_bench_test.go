@@ -92,6 +92,9 @@ func benchSpikeToShrink(b *testing.B, background int) {
 		if !ok {
 			b.Fatalf("no shrink within 5s (reclaimed quota still %s)", before)
 		}
+		if at.Before(start) {
+			b.Fatalf("the reclaimed quota changed before the spike (from %s): lending had not settled", before)
+		}
 		lat = append(lat, at.Sub(start))
 		b.StopTimer()
 		_ = spin.Process.Kill()
