@@ -564,7 +564,9 @@ func TestFastAllocatorIsSlowedNotKilled(t *testing.T) {
 				wait, time.Since(start).Seconds(), exit, testutil.Tail(out.String(), 2), waited, killed, kills)
 			switch {
 			case wait && (killed || !strings.Contains(out.String(), "reached")):
-				t.Errorf("with oomWait the hog was killed (%v) instead of slowed", exit)
+				// All it said: a Go runtime that dies at its limit says why (a thread it could
+				// not create, memory it could not map) well above its last two lines.
+				t.Errorf("with oomWait the hog was killed (%v) instead of slowed; it said:\n%s", exit, testutil.Tail(out.String(), 40))
 			case wait && !waited:
 				t.Errorf("the hog never waited at its limit: it was not faster than lending, the test shows nothing")
 			case !wait && !killed:
