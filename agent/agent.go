@@ -304,6 +304,7 @@ func advisorConfig(cfg config.Config) advisor.Config {
 		GrowStepBytes:        cfg.Memory.GrowStepBytes,
 		Control: advisor.Control{
 			Slack: cfg.Interference.Slack, Cut: cfg.Interference.Cut, Hold: cfg.Interference.HoldAfterCut,
+			FirstHold: cfg.Interference.HoldAfterFirstCut,
 		},
 	}
 }

@@ -188,8 +188,12 @@ type Interference struct {
 	Slack float64 `yaml:"slack"`
 	// Cut multiplies what a NUMA node lends when an indicator crosses its target.
 	Cut float64 `yaml:"cut"`
-	// HoldAfterCut is how long lending may not grow after a cut.
-	HoldAfterCut time.Duration `yaml:"holdAfterCut"`
+	// HoldAfterCut is the longest lending may not grow after a cut; HoldAfterFirstCut the
+	// hold after a crossing that follows none within HoldAfterCut (0 or more than
+	// HoldAfterCut: HoldAfterCut). Each crossing within HoldAfterCut of the last doubles the
+	// hold, up to HoldAfterCut.
+	HoldAfterCut      time.Duration `yaml:"holdAfterCut"`
+	HoldAfterFirstCut time.Duration `yaml:"holdAfterFirstCut"`
 	// BaselineFor and BaselineEvery: the agent measures each online workload's own
 	// run-queue wait with nothing lent (the node lends its minimum for BaselineFor) when an
 	// active workload has no baseline yet, and again every BaselineEvery (0: only then).
@@ -365,13 +369,14 @@ func Default() Config {
 			BurstPercent: BurstPercent{Shared: 50},
 		},
 		Interference: Interference{
-			Interval:       500 * time.Millisecond,
-			MinRunMilliCPU: 20,
-			Slack:          0.5,
-			Cut:            0.5,
-			HoldAfterCut:   10 * time.Second,
-			BaselineFor:    2 * time.Second,
-			BaselineEvery:  10 * time.Minute,
+			Interval:          500 * time.Millisecond,
+			MinRunMilliCPU:    20,
+			Slack:             0.5,
+			Cut:               0.5,
+			HoldAfterCut:      10 * time.Second,
+			HoldAfterFirstCut: 10 * time.Second,
+			BaselineFor:       2 * time.Second,
+			BaselineEvery:     10 * time.Minute,
 			// A workload's own threads wait too (the Go server of the benchmark 0.33 per
 			// unit run alone, nginx 0.05): the target is the larger of the absolute one
 			// and a multiple of its own baseline (docs/benchmark.md).

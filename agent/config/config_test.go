@@ -77,6 +77,7 @@ interference:
   slack: 0.6
   cut: 0.25
   holdAfterCut: 30s
+  holdAfterFirstCut: 4s
   baselineFor: 3s
   baselineEvery: 0s
   shared:
@@ -173,7 +174,7 @@ func fullExampleConfig() Config {
 			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3},
 			BurstPercent:         BurstPercent{System: 10, Dedicated: 20, Shared: 100},
 		},
-		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second,
+		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second, HoldAfterFirstCut: 4 * time.Second,
 			BaselineFor: 3 * time.Second, Shared: Targets{RunQueueWait: 0.3, RunQueueWaitOverBaseline: 2, Throttled: 0.5}, Dedicated: Targets{RunQueueWait: 0.05}},
 		Memory: Memory{
 			ReservedSystemBytes:      2 * yamlconf.Gi,

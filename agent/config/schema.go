@@ -236,6 +236,8 @@ var schema = []*entry{
 			"a number in [0, 1)", func(v float64) bool { return v >= 0 && v < 1 }),
 		leaf("holdAfterCut", kindDuration, func(c *Config) *time.Duration { return &c.Interference.HoldAfterCut },
 			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
+		leaf("holdAfterFirstCut", kindDuration, func(c *Config) *time.Duration { return &c.Interference.HoldAfterFirstCut },
+			`a duration >= 0, such as "2500ms"`, atLeast[time.Duration](0)),
 		leaf("baselineFor", kindDuration, func(c *Config) *time.Duration { return &c.Interference.BaselineFor },
 			`0 (no baselines) or a duration in [1s, 1m] and >= 3 x interference.interval, such as "2s"`, nil).
 			cross(func(c *Config) bool {

@@ -43,8 +43,11 @@ type Control struct {
 	Slack float64
 	// Cut multiplies what a NUMA node lends when an indicator crosses its target.
 	Cut float64
-	// Hold is how long after a cut lending may not grow again.
-	Hold time.Duration
+	// Hold is the longest lending may not grow again after a cut. FirstHold (0: Hold) is
+	// the hold after a crossing that follows none within Hold; each crossing within Hold of
+	// the last doubles the hold, up to Hold. A lone crossing then costs little lending, and
+	// interference that persists is still held off for Hold.
+	Hold, FirstHold time.Duration
 }
 
 // Indicator is one interference figure of online work against its target, such as the
@@ -103,6 +106,9 @@ type Controller struct {
 
 	// What the node lent, and its cap, when a baseline measurement began.
 	resumeMilliCPU, resumeCap int64
+	// The last crossing of the node's own target and the hold it was given.
+	lastCrossing time.Time
+	lastHold     time.Duration
 }
 
 // StateBaseline is a Controller's state while a baseline is measured.
@@ -396,7 +402,7 @@ func (a *Advisor) limitPeak(node int) int64 {
 
 // Interfere is the feedback step for one NUMA node with its online work's indicators. When
 // one crosses its target the node's lending is cut at once to Cut times what it lends (not
-// under the minimum) and may not grow for Hold; while every indicator is under Slack of the
+// under the minimum) and may not grow for a while (holdAfter); while every indicator is under Slack of the
 // way from its baseline (0 without one) to its target, or there is none, the cap grows by
 // one step toward the pool. It returns the cut, or nil when lending did not shrink.
 func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Change {
@@ -423,11 +429,14 @@ func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Ch
 		if !ok {
 			return nil
 		}
-		hold, held := a.cfg.Control.Hold, fmt.Sprintf("no growth for %s", a.cfg.Control.Hold)
-		if !ownCrossing {
-			// Judged only against baselines of other load levels: the readings at the minimum
-			// that follow measure this level's own, and the slack rule decides growth then.
-			hold, held = 0, "no hold: baseline borrowed from another load level"
+		// Judged only against baselines of other load levels, a crossing gets no hold: the
+		// readings at the minimum that follow measure this level's own, and the slack rule
+		// decides growth then.
+		var hold time.Duration
+		held := "no hold: baseline borrowed from another load level"
+		if ownCrossing {
+			hold = a.holdAfter(c, now)
+			held = fmt.Sprintf("no growth for %s", hold)
 		}
 		next := max(int64(float64(cur)*a.cfg.Control.Cut), a.minCPU(node))
 		c.CapMilliCPU = next
@@ -448,6 +457,21 @@ func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Ch
 		c.CapMilliCPU = min(c.CapMilliCPU+a.cfg.GrowStepMilliCPU, pool)
 	}
 	return nil
+}
+
+// holdAfter is the hold after a crossing at now: FirstHold after one that follows no other
+// within Hold, otherwise twice the last hold, up to Hold.
+func (a *Advisor) holdAfter(c *Controller, now time.Time) time.Duration {
+	longest, first := a.cfg.Control.Hold, a.cfg.Control.FirstHold
+	if first <= 0 || first > longest {
+		first = longest
+	}
+	hold := first
+	if !c.lastCrossing.IsZero() && now.Sub(c.lastCrossing) < longest {
+		hold = min(max(2*c.lastHold, first), longest)
+	}
+	c.lastCrossing, c.lastHold = now, hold
+	return hold
 }
 
 // Baseline holds node's lending at its minimum until EndBaseline, so online work's own

@@ -360,6 +360,47 @@ func TestACutAgainstABorrowedBaselineDoesNotHold(t *testing.T) {
 	}
 }
 
+// With FirstHold, a lone crossing holds growth back for FirstHold only; crossings that follow
+// within Hold double the hold each time, up to Hold; one after a quiet Hold starts over.
+func TestHoldBacksOffOverRepeatedCrossings(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := primed(t0)
+	a.cfg.Control.FirstHold = 2500 * time.Millisecond
+	cross := []Indicator{{Name: "run-queue wait", Workload: "web", Value: 0.3, Target: 0.1}}
+	quiet := []Indicator{{Name: "run-queue wait", Workload: "web", Value: 0.01, Target: 0.1}}
+	holdOf := func(at time.Time) time.Duration {
+		t.Helper()
+		a.Interfere(at, 0, cross)
+		return a.Controllers()[0].HeldUntil.Sub(at)
+	}
+	now := t0.Add(12 * time.Second)
+	if h := holdOf(now); h != 2500*time.Millisecond {
+		t.Fatalf("a lone crossing holds %v, want 2.5s", h)
+	}
+	a.Interfere(now.Add(2600*time.Millisecond), 0, quiet)
+	if st := a.Controllers()[0].State; st != "grow" {
+		t.Fatalf("2.6s after a lone crossing, with slack: state %q, want grow", st)
+	}
+	// Crossings 3 s apart: each within Hold of the last, so 5s, then 10s, then 10s.
+	for i, want := range []time.Duration{5 * time.Second, 10 * time.Second, 10 * time.Second} {
+		now = now.Add(3 * time.Second)
+		if h := holdOf(now); h != want {
+			t.Fatalf("crossing %d within Hold of the last holds %v, want %v", i+2, h, want)
+		}
+	}
+	// Quiet for longer than Hold: the next crossing is a lone one again.
+	now = now.Add(11 * time.Second)
+	if h := holdOf(now); h != 2500*time.Millisecond {
+		t.Errorf("a crossing after a quiet Hold holds %v, want 2.5s", h)
+	}
+	// Without FirstHold every crossing holds for Hold, as before.
+	a.cfg.Control.FirstHold = 0
+	now = now.Add(time.Minute)
+	if h := holdOf(now); h != 10*time.Second {
+		t.Errorf("without FirstHold a crossing holds %v, want Hold, 10s", h)
+	}
+}
+
 // Tiny moves are not changes: no action says "2.5GiB -> 2.5GiB".
 func TestNoChangeBelowTheDeadband(t *testing.T) {
 	for _, c := range []struct{ cur, target int64 }{{1000, 1020}, {1000, 980}, {1000, 1000}} {

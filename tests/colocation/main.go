@@ -19,11 +19,12 @@
 //	tidal-idle      tidal with cpu.mechanism idle
 //	tidal-shares    tidal with cpu.mechanism shares
 //
-// and two diagnostics, run only when -scenarios names them, that take tidal's reclaimed pool
-// apart without the agent:
+// and diagnostics, run only when -scenarios names them: two that take tidal's reclaimed pool
+// apart without the agent, and what-ifs of a setting:
 //
 //	static-idle        offline under cpu.idle 1, pinned to the upper half of the CPUs
 //	static-idle-quota  the same with a fixed CFS quota of 400m
+//	tidal-short-hold   tidal with interference.holdAfterFirstCut 2.5s
 //
 // The scenarios run interleaved (each server through A B C ..., then again) for -rounds rounds, so that
 // whatever else the machine does affects them alike, and every figure is the median over the
