@@ -402,9 +402,9 @@ func (a *Advisor) limitPeak(node int) int64 {
 
 // Interfere is the feedback step for one NUMA node with its online work's indicators. When
 // one crosses its target the node's lending is cut at once to Cut times what it lends (not
-// under the minimum) and may not grow for a while (holdAfter); while every indicator is under Slack of the
-// way from its baseline (0 without one) to its target, or there is none, the cap grows by
-// one step toward the pool. It returns the cut, or nil when lending did not shrink.
+// under the minimum) and may not grow for a while (holdAfter); while every indicator is
+// under Slack of the way from its baseline (0 without one) to its target, or there is none,
+// the cap grows by one step toward the pool. It returns the cut, or nil when lending did not shrink.
 func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Change {
 	c := a.controller(node)
 	if c.State == StateBaseline {
