@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,8 +132,15 @@ func (r *readLatency) add(line string) {
 	r.seconds = append(r.seconds, latencySecond{time.Now(), time.Duration(us) * time.Microsecond})
 }
 
-// between is the median and the worst of the per-second p99s printed in [from, to].
-func (r *readLatency) between(from, to time.Time) (median, worst time.Duration, n int) {
+// latencySummary: the per-second p99s of a run, summarised.
+type latencySummary struct {
+	median, worst time.Duration
+	n             int // seconds
+	slow          int // seconds whose p99 is over diskReadLatency
+}
+
+// between summarises the per-second p99s printed in [from, to].
+func (r *readLatency) between(from, to time.Time) latencySummary {
 	r.mu.Lock()
 	var v []time.Duration
 	for _, s := range r.seconds {
@@ -142,10 +150,11 @@ func (r *readLatency) between(from, to time.Time) (median, worst time.Duration, 
 	}
 	r.mu.Unlock()
 	if len(v) == 0 {
-		return 0, 0, 0
+		return latencySummary{}
 	}
 	slices.Sort(v)
-	return v[len(v)/2], v[len(v)-1], len(v)
+	slow := len(v) - sort.Search(len(v), func(i int) bool { return v[i] > diskReadLatency })
+	return latencySummary{median: v[len(v)/2], worst: v[len(v)-1], n: len(v), slow: slow}
 }
 
 // hog allocates anonymous memory as fast as the kernel gives it (64 MiB mappings written a
@@ -381,9 +390,9 @@ func TestOnlinePageCacheHoldsUnderAHog(t *testing.T) {
 	size := hogBytes(t)
 	from := time.Now()
 	free, how, _ := runHog(t, dir, hogCommand(t, size), 90*time.Second)
-	freeMedian, freeWorst, freeN := freeLat.between(from, time.Now())
-	t.Logf("unconstrained: hog of %dMiB %s; working set resident %.0f%% before, lowest %.0f%% during; online read p99 per second over %d s: median %s, worst %s",
-		size>>20, how, before*100, free*100, freeN, freeMedian, freeWorst)
+	freeLatency := freeLat.between(from, time.Now())
+	t.Logf("unconstrained: hog of %dMiB %s; working set resident %.0f%% before, lowest %.0f%% during; online read p99 per second over %d s: median %s, worst %s, %d over %s",
+		size>>20, how, before*100, free*100, freeLatency.n, freeLatency.median, freeLatency.worst, freeLatency.slow, diskReadLatency)
 	if online.ProcessState != nil {
 		t.Fatal("online server ended in the unconstrained run")
 	}
@@ -404,13 +413,13 @@ func TestOnlinePageCacheHoldsUnderAHog(t *testing.T) {
 	kills := nodeOOMKills(t)
 	from = time.Now()
 	held, how, exit := runHog(t, dir, hog, 90*time.Second)
-	tidalMedian, tidalWorst, tidalN := tidalLat.between(from, time.Now())
+	tidalLatency := tidalLat.between(from, time.Now())
 	kills = nodeOOMKills(t) - kills
 	st := a.Status()
-	t.Logf("under tidal: hog of %dMiB %s; working set resident %.0f%% before, lowest %.0f%% during (%.2fx the unconstrained run); online read p99 per second over %d s: median %s, worst %s",
-		size>>20, how, before*100, held*100, held/max(free, 0.01), tidalN, tidalMedian, tidalWorst)
+	t.Logf("under tidal: hog of %dMiB %s; working set resident %.0f%% before, lowest %.0f%% during (%.2fx the unconstrained run); online read p99 per second over %d s: median %s, worst %s, %d over %s",
+		size>>20, how, before*100, held*100, held/max(free, 0.01), tidalLatency.n, tidalLatency.median, tidalLatency.worst, tidalLatency.slow, diskReadLatency)
 	t.Logf("online read p99 under tidal / unconstrained: median %.2fx, worst %.2fx",
-		float64(tidalMedian)/float64(max(freeMedian, time.Microsecond)), float64(tidalWorst)/float64(max(freeWorst, time.Microsecond)))
+		float64(tidalLatency.median)/float64(max(freeLatency.median, time.Microsecond)), float64(tidalLatency.worst)/float64(max(freeLatency.worst, time.Microsecond)))
 	if m := st.Memory; m != nil {
 		t.Logf("tidal memory: lent %dMiB, throttle %dMiB, online %dMiB of which hot page cache %dMiB", m.LentBytes>>20, m.ThrottleBytes>>20, m.OnlineBytes>>20, m.OnlinePageCacheBytes>>20)
 	}
@@ -425,17 +434,20 @@ func TestOnlinePageCacheHoldsUnderAHog(t *testing.T) {
 	}
 	// The latency the residency stands for: unconstrained, the seconds in which the hog pushed
 	// the working set out are disk reads (the disk here is fast, so they are few and the
-	// median second barely moves); under tidal no second should be. Some days the VM's disk
-	// answers those reads from the host's cache in well under a millisecond, and the worst
-	// second unconstrained is then a stall like any other (396 against 417 us under tidal on
-	// 2026-12-02): the comparison means something only once that second shows a disk read.
+	// median second barely moves); under tidal they should be fewer. Not the worst second:
+	// on this shared VM a second stalls now and then whatever holds memory (CI, 2026-12-03:
+	// 6.5 ms under tidal with the working set 100% resident, 3.3 ms unconstrained at 0%).
+	// Some days the VM's disk answers the evicted reads from the host's cache in well under
+	// a millisecond: with fewer than minSlowSeconds slow seconds unconstrained, the
+	// comparison tells nothing and the residency above is the check.
+	const minSlowSeconds = 3
 	switch {
-	case freeN == 0 || tidalN == 0:
-		t.Errorf("no online latency figures: %d seconds unconstrained, %d under tidal", freeN, tidalN)
-	case freeWorst < diskReadLatency:
-		t.Logf("unconstrained, the worst second's p99 (%s) is under %s: the evicted reads came back too fast to tell from other stalls; the residency above is the check", freeWorst, diskReadLatency)
-	case tidalWorst >= freeWorst:
-		t.Errorf("online read p99 in the worst second under tidal %s, unconstrained %s: want lower under tidal", tidalWorst, freeWorst)
+	case freeLatency.n == 0 || tidalLatency.n == 0:
+		t.Errorf("no online latency figures: %d seconds unconstrained, %d under tidal", freeLatency.n, tidalLatency.n)
+	case freeLatency.slow < minSlowSeconds:
+		t.Logf("unconstrained, %d seconds' p99 over %s: the evicted reads came back too fast to tell from other stalls; the residency above is the check", freeLatency.slow, diskReadLatency)
+	case tidalLatency.slow >= freeLatency.slow:
+		t.Errorf("online read p99 over %s in %d seconds under tidal, %d unconstrained: want fewer under tidal", diskReadLatency, tidalLatency.slow, freeLatency.slow)
 	}
 	if oomKilled(exit, evicted) {
 		t.Errorf("the kernel OOM-killed the hog (%v): it should have been slowed at its limit", exit)
