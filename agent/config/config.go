@@ -374,7 +374,7 @@ func Default() Config {
 			Slack:             0.5,
 			Cut:               0.5,
 			HoldAfterCut:      10 * time.Second,
-			HoldAfterFirstCut: 10 * time.Second,
+			HoldAfterFirstCut: 2500 * time.Millisecond,
 			BaselineFor:       2 * time.Second,
 			BaselineEvery:     10 * time.Minute,
 			// A workload's own threads wait too (the Go server of the benchmark 0.33 per

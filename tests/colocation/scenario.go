@@ -79,9 +79,9 @@ var scenarios = []scenario{
 		About: "tidal with cpu.mechanism idle: the idle class on the reclaimed pool's CPUs, no CFS quota"},
 	{Name: "tidal-shares", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: shares\n",
 		About: "tidal with cpu.mechanism shares: cpu.shares 2 instead of the idle class"},
-	{Name: "tidal-short-hold", Online: true, Offline: true, Tidal: true, diagnostic: true,
-		agentConfig: "interference:\n  holdAfterFirstCut: 2500ms\n",
-		About:       "tidal whose hold after a lone interference cut is 2.5 s, doubling up to 10 s over repeated ones (interference.holdAfterFirstCut)"},
+	{Name: "tidal-long-hold", Online: true, Offline: true, Tidal: true, diagnostic: true,
+		agentConfig: "interference:\n  holdAfterFirstCut: 10s\n",
+		About:       "tidal whose every interference cut holds lending for 10 s (interference.holdAfterFirstCut = holdAfterCut), the default before 2.5 s"},
 }
 
 // noAgentBaselines are the no-agent ways to colocate that tidal must beat.
