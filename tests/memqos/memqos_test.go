@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,7 +152,12 @@ func (r *readLatency) between(from, to time.Time) latencySummary {
 		return latencySummary{}
 	}
 	slices.Sort(v)
-	slow := len(v) - sort.Search(len(v), func(i int) bool { return v[i] > diskReadLatency })
+	slow := 0
+	for _, d := range v {
+		if d > diskReadLatency {
+			slow++
+		}
+	}
 	return latencySummary{median: v[len(v)/2], worst: v[len(v)-1], n: len(v), slow: slow}
 }
 
