@@ -20,7 +20,9 @@ import (
 // backend does the version-specific work for one knob or one cgroup. Paths are relative to the
 // hierarchy root.
 type backend interface {
-	create(path string) error
+	// create makes cgroup path if it is missing. It returns the knob values it read on the
+	// way (nil if none), so the writer need not read those files again.
+	create(path string) (map[knob]string, error)
 	attach(path string, pid int) error
 	remove(path string) error
 	// fileValue turns a version-independent knob value (see wanted) into the canonical text
@@ -111,47 +113,57 @@ func newV1Backend(layout *cgroupfs.Layout) *v1Backend {
 func (b *v1Backend) hierarchy() ([]cgroup1.Subsystem, error) { return b.subs, nil }
 
 func (b *v1Backend) group(path string) (cgroup1.Cgroup, error) {
+	g, _, err := b.load(path)
+	return g, err
+}
+
+// load returns the handle of cgroup path, creating what is missing. A cgroup whose directory
+// is there in every hierarchy is only loaded: after Forget (drift repair) every cgroup comes
+// here again, and New checks each cpuset up to the root on the way, reading their files
+// (most of the cost of a re-read pass). It also returns the cpuset values it read to decide.
+func (b *v1Backend) load(path string) (cgroup1.Cgroup, map[knob]string, error) {
 	if g, ok := b.groups[path]; ok {
-		return g, nil
+		return g, nil, nil
 	}
-	// A cgroup whose directory is there in every hierarchy is only loaded: after Forget
-	// (drift repair) every cgroup comes here again, and New checks each cpuset up to the
-	// root on the way, reading their files (most of the cost of a re-read pass).
-	if g, err := cgroup1.Load(cgroup1.StaticPath("/"+path), cgroup1.WithHierarchy(b.hierarchy)); err == nil && len(g.Subsystems()) == len(b.subs) && b.cpusetFilled(path) {
-		b.groups[path] = g
-		return g, nil
+	if g, err := cgroup1.Load(cgroup1.StaticPath("/"+path), cgroup1.WithHierarchy(b.hierarchy)); err == nil && len(g.Subsystems()) == len(b.subs) {
+		if seen, filled := b.cpusetFilled(path); filled {
+			b.groups[path] = g
+			return g, seen, nil
+		}
 	}
 	// New creates missing directories and, for cpuset, copies the parent's cpus and mems so a
 	// task can join at once.
 	g, err := cgroup1.New(cgroup1.StaticPath("/"+path), &specs.LinuxResources{}, cgroup1.WithHierarchy(b.hierarchy))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b.groups[path] = g
-	return g, nil
+	return g, nil, nil
 }
 
 // cpusetFilled says whether cgroup path has CPUs and memory nodes in its cpuset (or there is
-// no cpuset hierarchy): one made by someone else's mkdir has neither until they are copied
-// from its parent, which New does.
-func (b *v1Backend) cpusetFilled(path string) bool {
+// no cpuset hierarchy), and returns the values it read: one made by someone else's mkdir has
+// neither until they are copied from its parent, which New does.
+func (b *v1Backend) cpusetFilled(path string) (map[knob]string, bool) {
 	if _, ok := b.layout.Controllers()["cpuset"]; !ok {
-		return true
+		return nil, true
 	}
+	seen := map[knob]string{}
 	for _, k := range []knob{knobCPUs, knobMems} {
 		v, err := b.read(path, k)
 		if err != nil || v == "" {
-			return false
+			return nil, false
 		}
+		seen[k] = v
 	}
-	return true
+	return seen, true
 }
 
 func (b *v1Backend) forget() { b.groups = map[string]cgroup1.Cgroup{} }
 
-func (b *v1Backend) create(path string) error {
-	_, err := b.group(path)
-	return err
+func (b *v1Backend) create(path string) (map[knob]string, error) {
+	_, seen, err := b.load(path)
+	return seen, err
 }
 
 func (b *v1Backend) attach(path string, pid int) error {
@@ -420,13 +432,13 @@ func (b *v2Backend) forget() {}
 // hybrid host's unified mount may carry none) in the subtree_control of each parent below the
 // mount root. The root cgroup belongs to the host: tidal never writes it, so the controllers
 // must already be enabled there (systemd does).
-func (b *v2Backend) create(path string) error {
+func (b *v2Backend) create(path string) (map[knob]string, error) {
 	if _, err := cgroup2.NewManager(b.layout.Unified, "/"+path, &cgroup2.Resources{}); err != nil {
-		return err
+		return nil, err
 	}
 	data, err := os.ReadFile(filepath.Join(b.layout.Unified, "cgroup.subtree_control"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var want []string
 	for _, c := range strings.Fields(string(data)) {
@@ -435,16 +447,16 @@ func (b *v2Backend) create(path string) error {
 		}
 	}
 	if len(want) == 0 {
-		return nil
+		return nil, nil
 	}
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	for i := 1; i < len(parts); i++ {
 		parent := filepath.Join(b.layout.Unified, filepath.Join(parts[:i]...))
 		if err := writeFile(filepath.Join(parent, "cgroup.subtree_control"), strings.Join(want, " ")); err != nil {
-			return fmt.Errorf("enable %v in %s: %w", want, parent, err)
+			return nil, fmt.Errorf("enable %v in %s: %w", want, parent, err)
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 func (b *v2Backend) attach(path string, pid int) error {

@@ -307,10 +307,14 @@ func (w *Writer) ensure(path string) error {
 	if _, ok := w.known[path]; ok {
 		return nil
 	}
-	if err := w.backend.create(path); err != nil {
+	seen, err := w.backend.create(path)
+	if err != nil {
 		return fmt.Errorf("create cgroup %s: %w", path, err)
 	}
-	w.known[path] = map[knob]string{}
+	if seen == nil {
+		seen = map[knob]string{}
+	}
+	w.known[path] = seen
 	return nil
 }
 

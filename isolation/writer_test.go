@@ -128,6 +128,22 @@ func TestApplyRealCgroupsV1(t *testing.T) {
 	if got := read(t, l, "cpu", root+"/shared", "cpu.shares"); got != "1024" {
 		t.Errorf("drift not repaired: cpu.shares = %s", got)
 	}
+
+	// So is a cpuset changed behind tidal's back: the values read while re-loading the cgroup
+	// after Forget are the ones compared, not a stale memory of them.
+	if err := os.WriteFile(filepath.Join(l.Dir("cpuset", root+"/reclaimed"), "cpuset.cpus"), []byte(all.String()), 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Forget()
+	if err := w.Apply(tree(last, first, 1500)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, l, "cpuset", root+"/reclaimed", "cpuset.cpus"); got != first.String() {
+		t.Errorf("cpuset drift not repaired: reclaimed cpus = %s, want %s", got, first)
+	}
+	if n := w.Stats().Repairs["cpuset.cpus"]; n != 1 {
+		t.Errorf("cpuset repairs = %d, want 1", n)
+	}
 }
 
 func TestAttachAndRemoveV1(t *testing.T) {

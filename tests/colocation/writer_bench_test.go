@@ -97,6 +97,30 @@ func BenchmarkApply200Unchanged(b *testing.B) {
 	}
 }
 
+// BenchmarkApply200AfterForget is the drift-repair pass the slow loop makes once in a while:
+// the writer forgets what it remembered and re-reads every cgroup's files (nothing drifted, so
+// nothing is written).
+func BenchmarkApply200AfterForget(b *testing.B) {
+	n := newBenchNode(b)
+	n.apply(b, 1200)
+	before := n.writes()
+	for b.Loop() {
+		n.writer.Forget()
+		n.apply(b, 1200)
+	}
+	if w := n.writes(); w != before {
+		b.Fatalf("a re-read of an unchanged tree wrote %d times", w-before)
+	}
+}
+
+func (n *benchNode) writes() uint64 {
+	var total uint64
+	for _, v := range n.writer.Stats().Writes {
+		total += v
+	}
+	return total
+}
+
 // BenchmarkApply200QuotaChange is a write pass in which lending changes every time: the
 // reclaimed tier's CFS quota is rewritten (the tier caps its workloads as a whole, so that is
 // one write), the rest of the tree is unchanged.
