@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -71,11 +72,23 @@ func (r Reading) ThrottledRatio() float64 {
 	return float64(r.Throttled) / float64(r.Periods)
 }
 
-// taskTimes are one thread's cumulative schedstat figures.
+// taskTimes are one thread's cumulative schedstat figures at the round it was last read.
 type taskTimes struct {
 	run, wait time.Duration
 	round     uint64
+	// listed is the last round the thread was in its group's list.
+	listed uint64
+	// active: the thread ran or waited between its last two readings (or is new), so it is
+	// read every round; an idle one only in its turn (idleReadsPerRound).
+	active bool
 }
+
+// idleReadsPerRound bounds how many of a group's idle threads (those that neither ran nor
+// waited between their last two readings) one Read looks at; the rest wait their turn. A JVM
+// or a thread-pool server has hundreds of threads of which a few run: reading every one's
+// schedstat twice a second would cost more than the rest of the agent, and an idle thread adds
+// nothing to either sum. One that wakes up is found within ceil(idle/idleReadsPerRound) rounds.
+const idleReadsPerRound = 32
 
 // Meter keeps the last figures of every thread and cgroup it read, to turn them into
 // deltas. It is not safe for concurrent use; one loop owns it.
@@ -90,6 +103,8 @@ type Meter struct {
 	// pair and counted: each thread's perf counters, after CountCPI.
 	pair    *perfcount.Pair
 	counted map[int]*threadCount
+	// threadReads counts schedstat reads, for the tests of what a round costs.
+	threadReads uint64
 }
 
 // maxCountedThreads bounds the perf counters a Meter keeps open (two file descriptors each):
@@ -105,11 +120,13 @@ type threadCount struct {
 
 // cgroupCPU is a group's CPU counter, kept open, and its last value: a group that ran less
 // than minRun since is not looked at more closely (most online workloads idle most of the
-// time, and listing threads costs far more than one pread).
+// time, and listing threads costs far more than one pread). nextIdle is the thread ID at
+// which the next turn of its idle threads starts.
 type cgroupCPU struct {
-	counter *cgroupfs.CPUCounter
-	used    time.Duration
-	round   uint64
+	counter  *cgroupfs.CPUCounter
+	used     time.Duration
+	round    uint64
+	nextIdle int
 }
 
 // NewMeter reads threads under procDir ("/proc") and cgroups through layout.
@@ -219,20 +236,18 @@ func (m *Meter) Read(groups []Group, minRun time.Duration) []Reading {
 			out = append(out, r)
 			continue
 		}
+		var idle []int
 		for _, tid := range tids {
-			run, wait, err := m.schedstat(tid)
-			if err != nil {
-				continue // the thread ended since the list was read
+			if t, known := m.tasks[tid]; known && !t.active {
+				t.listed = m.round
+				m.tasks[tid] = t
+				idle = append(idle, tid)
+				continue
 			}
-			prev, known := m.tasks[tid]
-			m.tasks[tid] = taskTimes{run: run, wait: wait, round: m.round}
-			if known && prev.round == m.round-1 && run >= prev.run && wait >= prev.wait {
-				r.Run += run - prev.run
-				r.Wait += wait - prev.wait
-			}
-			if m.pair != nil {
-				m.count(tid, &r)
-			}
+			m.readThread(tid, &r)
+		}
+		for _, tid := range m.idleTurn(g.Cgroup, idle) {
+			m.readThread(tid, &r)
 		}
 		if t, err := m.layout.Throttling(g.Cgroup); err == nil {
 			if prev, ok := m.throttle[g.Cgroup]; ok && t.Periods >= prev.Periods && t.Throttled >= prev.Throttled {
@@ -244,12 +259,12 @@ func (m *Meter) Read(groups []Group, minRun time.Duration) []Reading {
 		out = append(out, r)
 	}
 	for tid, t := range m.tasks {
-		if t.round != m.round {
+		if t.listed != m.round {
 			delete(m.tasks, tid)
 		}
 	}
 	for tid, t := range m.counted {
-		if t.round != m.round {
+		if m.tasks[tid].listed != m.round {
 			t.counter.Close()
 			delete(m.counted, tid)
 		}
@@ -266,6 +281,46 @@ func (m *Meter) Read(groups []Group, minRun time.Duration) []Reading {
 		}
 	}
 	return out
+}
+
+// readThread reads thread tid and adds what it ran and waited since the previous round to r,
+// when it was read then too (a thread read after a gap only sets its figures).
+func (m *Meter) readThread(tid int, r *Reading) {
+	m.threadReads++
+	run, wait, err := m.schedstat(tid)
+	if err != nil {
+		return // the thread ended since the list was read
+	}
+	prev, known := m.tasks[tid]
+	m.tasks[tid] = taskTimes{run: run, wait: wait, round: m.round, listed: m.round,
+		active: !known || run != prev.run || wait != prev.wait}
+	if known && prev.round == m.round-1 && run >= prev.run && wait >= prev.wait {
+		r.Run += run - prev.run
+		r.Wait += wait - prev.wait
+	}
+	if m.pair != nil {
+		m.count(tid, r)
+	}
+}
+
+// idleTurn picks the idle threads of cgroup to read this round: up to idleReadsPerRound of
+// them in thread ID order, from where the last turn stopped, wrapping around.
+func (m *Meter) idleTurn(cgroup string, idle []int) []int {
+	if len(idle) <= idleReadsPerRound {
+		return idle
+	}
+	c := m.cgroups[cgroup]
+	if c == nil {
+		return idle[:idleReadsPerRound]
+	}
+	slices.Sort(idle)
+	start, _ := slices.BinarySearch(idle, c.nextIdle)
+	turn := make([]int, 0, idleReadsPerRound)
+	for i := 0; i < idleReadsPerRound; i++ {
+		turn = append(turn, idle[(start+i)%len(idle)])
+	}
+	c.nextIdle = turn[len(turn)-1] + 1
+	return turn
 }
 
 // schedstat reads /proc/<tid>/schedstat: "<run ns> <wait ns> <timeslices>".

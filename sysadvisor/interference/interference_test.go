@@ -41,7 +41,7 @@ func TestRatios(t *testing.T) {
 
 // testTree is a writer on this machine's cgroups and a uniquely named root for one test,
 // removed when it ends.
-func testTree(t *testing.T) (*cgroupfs.Layout, string, *isolation.Writer) {
+func testTree(t testing.TB) (*cgroupfs.Layout, string, *isolation.Writer) {
 	layout := isolationtest.Layout(t)
 	root := isolationtest.RootName(t, layout)
 	w, err := isolation.NewWriter(layout, slog.New(slog.DiscardHandler))
