@@ -78,7 +78,9 @@ type Agent struct {
 	mu      sync.Mutex
 	advisor *advisor.Advisor
 	pools   plugins.Pools
-	online  map[int]int64 // latest online usage of each node's shared pool
+	// poolHold delays narrowing the reclaimed pools (cpu.poolShrinkAfter).
+	poolHold poolHold
+	online   map[int]int64 // latest online usage of each node's shared pool
 	// indicators are the latest interference figures of online work, per NUMA node.
 	indicators map[int][]reporter.Indicator
 	// mech holds reclaimed work to what is lent now: cpu.mechanism, or with auto the candidate

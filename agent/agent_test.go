@@ -120,8 +120,13 @@ func (h *fakeHost) read(cgroup, file string) string {
 
 func (h *fakeHost) agent(stateDir string, mechanism plugins.CPUMechanism) *Agent {
 	h.t.Helper()
+	return h.agentWith(stateDir, func(c *config.Config) { c.CPU.Mechanism = string(mechanism) })
+}
+
+func (h *fakeHost) agentWith(stateDir string, set func(*config.Config)) *Agent {
+	h.t.Helper()
 	cfg := config.Default()
-	cfg.CPU.Mechanism = string(mechanism)
+	set(&cfg)
 	cfg.Cgroup.Root = "tidal"
 	cfg.StateDir, cfg.SocketPath = stateDir, filepath.Join(stateDir, "sock")
 	a, err := newAgentOn(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), host{sys: h.sys, proc: h.proc, cgroups: cgroupfs.NewV2(h.cgroupRoot)})
@@ -261,5 +266,65 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	}
 	if r, _ := snap.Get("db"); r.DedicatedCPUs.String() != "3" || r.Owner != plugins.OwnerTidal {
 		t.Errorf("restored db: cores %s, owner %s", r.DedicatedCPUs, r.Owner)
+	}
+}
+
+// With cpu.poolShrinkAfter under the quota mechanism, a cut lowers the quota at once and
+// leaves the reclaimed pool's cpusets alone; they narrow only once lending has stayed within
+// fewer CPUs for that long. Widening is never held.
+func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
+	h := newFakeHost(t)
+	a := h.agentWith(t.TempDir(), func(c *config.Config) {
+		c.CPU.Mechanism = string(plugins.MechanismQuota)
+		c.CPU.PoolShrinkAfter = 10 * time.Second
+	})
+	h.cgroup("tidal/reclaimed/batch")
+	if _, err := a.Admit(AdmitRequest{Name: "batch", Tier: "reclaimed", PID: sleeper(t)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pass := func(busy int) {
+		h.tick([4]int{busy, busy, busy, busy})
+		a.sampler.at = a.sampler.at.Add(-time.Second)
+		a.slowPass(ctx)
+	}
+	a.slowPass(ctx)
+	for range 14 {
+		pass(10)
+	}
+	if got := h.read("tidal/reclaimed", "cpuset.cpus"); got != "0-3" {
+		t.Fatalf("reclaimed pool %q after growing, want 0-3 (widening is not held)", got)
+	}
+
+	writes := a.writer.Stats().Writes
+	a.spike(time.Now(), 3900, 0)
+	if got := h.read("tidal/reclaimed", "cpu.max"); got != "10000 100000" {
+		t.Errorf("reclaimed quota %q after the spike, want 10000 100000", got)
+	}
+	for _, p := range []string{"tidal/reclaimed", "tidal/reclaimed/batch"} {
+		if got := h.read(p, "cpuset.cpus"); got != "0-3" {
+			t.Errorf("%s cpuset %q right after the cut, want 0-3 (held)", p, got)
+		}
+	}
+	if d := a.writer.Stats().Writes["cpuset.cpus"] - writes["cpuset.cpus"]; d != 0 {
+		t.Errorf("the fast path wrote %d cpusets under the pool hold, want none", d)
+	}
+
+	// Online work stays busy: lending stays at its minimum, the pool is still held...
+	pass(95)
+	if got := h.read("tidal/reclaimed", "cpuset.cpus"); got != "0-3" {
+		t.Errorf("reclaimed pool %q within the hold, want 0-3", got)
+	}
+	// ... until the hold is over.
+	a.mu.Lock()
+	for node, since := range a.poolHold.since {
+		a.poolHold.since[node] = since.Add(-10 * time.Second)
+	}
+	a.mu.Unlock()
+	pass(95)
+	for _, p := range []string{"tidal/reclaimed", "tidal/reclaimed/batch"} {
+		if got := h.read(p, "cpuset.cpus"); got != "3" {
+			t.Errorf("%s cpuset %q after the hold, want 3 (ceil of the 100m lent)", p, got)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/plugins"
-	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -154,9 +153,10 @@ func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) {
 func (a *Agent) writeReclaimedLimits() {
 	snap := a.store.Snapshot()
 	a.mu.Lock()
-	plan := a.writtenPlanLocked(time.Now(), snap)
+	now := time.Now()
+	plan := a.writtenPlanLocked(now, snap)
 	old := a.pools
-	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, plan.ReclaimedMilliCPU)
+	a.pools = a.computePoolsLocked(now, snap, plan.ReclaimedMilliCPU)
 	a.spikeLimitsChangedLocked()
 	node := a.nodeLocked(plan)
 	a.mu.Unlock()

@@ -226,9 +226,10 @@ func (a *Agent) reconcile() error {
 	defer a.reconciling.Unlock()
 	snap := a.store.Snapshot()
 	a.mu.Lock()
-	plan := a.writtenPlanLocked(time.Now(), snap)
+	now := time.Now()
+	plan := a.writtenPlanLocked(now, snap)
 	old := a.pools
-	a.pools = cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, plan.ReclaimedMilliCPU)
+	a.pools = a.computePoolsLocked(now, snap, plan.ReclaimedMilliCPU)
 	a.spikeLimitsChangedLocked()
 	node := a.nodeLocked(plan)
 	generation := a.planGeneration

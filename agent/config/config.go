@@ -131,6 +131,12 @@ type CPU struct {
 	// SpikeThreshold: the fast path fires when online usage exceeds this
 	// fraction of the CPU online work has not lent out.
 	SpikeThreshold float64 `yaml:"spikeThreshold"`
+	// PoolShrinkAfter: under the quota mechanism, the reclaimed pool keeps its CPUs this long
+	// after lending fell within fewer of them; the quota takes the CPU time back at once.
+	// Narrowing the pool rewrites the cpuset of every reclaimed cgroup, milliseconds of kernel
+	// time with a hundred workloads, spent when online work wants the CPU, and a cut is often
+	// grown back seconds later. 0 narrows at once.
+	PoolShrinkAfter time.Duration `yaml:"poolShrinkAfter"`
 	// Mechanism is how reclaimed work is held to what is lent on its CPUs: idle, shares
 	// or quota (see plugins.CPUMechanism and docs/benchmark.md for the figures), or auto:
 	// the agent tries AutoMechanism's candidates on this node and keeps the best.
@@ -359,6 +365,7 @@ func Default() Config {
 			PeakWindow:           30 * time.Second,
 			LimitWindow:          5 * time.Second,
 			SpikeThreshold:       0.8,
+			PoolShrinkAfter:      0,
 			// Measured (docs/benchmark.md#mechanism): on this kind of machine the quota kept
 			// both servers' p99 at or under the best no-agent baseline; idle alone did not.
 			Mechanism: string(plugins.MechanismQuota),

@@ -82,6 +82,9 @@ var scenarios = []scenario{
 	{Name: "tidal-long-hold", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "interference:\n  holdAfterFirstCut: 10s\n",
 		About:       "tidal whose every interference cut holds lending for 10 s (interference.holdAfterFirstCut = holdAfterCut), the default before 2.5 s"},
+	{Name: "tidal-pool-hold", Online: true, Offline: true, Tidal: true, diagnostic: true,
+		agentConfig: "cpu:\n  poolShrinkAfter: 10s\n",
+		About:       "tidal whose reclaimed pool keeps its CPUs for 10 s after lending fell within fewer (cpu.poolShrinkAfter); the quota takes the time back at once"},
 }
 
 // noAgentBaselines are the no-agent ways to colocate that tidal must beat.
