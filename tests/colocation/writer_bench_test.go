@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,3 +177,95 @@ func BenchmarkSlowPassParts200(b *testing.B) {
 		n.apply(b, 1200)
 	}
 }
+
+// BenchmarkPoolResize200 is what resizing the reclaimed pool costs the node, against changing
+// only the reclaimed tier's quota: 100 reclaimed workloads with a process each (three of them
+// spinning), the lending flipped every 250 ms, while a thread at normal priority (standing in
+// for online work) sleeps 1 ms and runs 0.3 ms in a loop. It reports the writer's time per
+// flip (apply-ms) and the probe's wake-up lateness (probe-p99-ms); compare the sub-benchmarks
+// of one run:
+//
+//	go test -run '^$' -bench PoolResize200 -benchtime 16x -count 3 ./tests/colocation
+func BenchmarkPoolResize200(b *testing.B) {
+	n := newBenchNode(b)
+	n.apply(b, 1100)
+	startReclaimedProcesses(b, n, 3)
+	flips := []struct {
+		name   string
+		lentAt [2]int64
+	}{
+		{"unchanged", [2]int64{1100, 1100}},
+		{"quota", [2]int64{1900, 1100}}, // both within two CPUs: only the quota moves
+		{"pool", [2]int64{1100, 900}},   // two CPUs, then one: every reclaimed cpuset moves
+	}
+	for _, f := range flips {
+		b.Run(f.name, func(b *testing.B) {
+			probe := startLatencyProbe()
+			var applying time.Duration
+			for i := 0; b.Loop(); i++ {
+				start := time.Now()
+				n.apply(b, f.lentAt[i%2])
+				applying += time.Since(start)
+				time.Sleep(250 * time.Millisecond)
+			}
+			late := probe.stop()
+			b.ReportMetric(ms(applying)/float64(b.N), "apply-ms")
+			b.ReportMetric(ms(late[len(late)*99/100]), "probe-p99-ms")
+		})
+	}
+}
+
+// startReclaimedProcesses puts a process in each reclaimed workload's cgroup, spinning in the
+// first spinning of them and asleep in the rest; they are killed when the benchmark ends.
+func startReclaimedProcesses(b *testing.B, n *benchNode, spinning int) {
+	for _, w := range n.workloads {
+		if w.Tier != qos.Reclaimed {
+			continue
+		}
+		cmd := exec.Command("sleep", "1000")
+		if spinning > 0 {
+			cmd, spinning = exec.Command("sh", "-c", "while :; do :; done"), spinning-1
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		if err := n.writer.Attach(w.Cgroup, cmd.Process.Pid); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// latencyProbe is a thread that sleeps 1 ms and runs 0.3 ms in a loop, recording how late
+// each round ends.
+type latencyProbe struct {
+	halt atomic.Bool
+	done chan []time.Duration
+}
+
+func startLatencyProbe() *latencyProbe {
+	p := &latencyProbe{done: make(chan []time.Duration, 1)}
+	go func() {
+		runtime.LockOSThread()
+		var late []time.Duration
+		for !p.halt.Load() {
+			start := time.Now()
+			time.Sleep(time.Millisecond)
+			woke := time.Now()
+			for time.Since(woke) < 300*time.Microsecond {
+			}
+			late = append(late, time.Since(start)-1300*time.Microsecond)
+		}
+		slices.Sort(late)
+		p.done <- late
+	}()
+	return p
+}
+
+// stop ends the probe and returns its lateness, sorted.
+func (p *latencyProbe) stop() []time.Duration {
+	p.halt.Store(true)
+	return <-p.done
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
