@@ -237,6 +237,7 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 
 		starvation:      eviction.Starvation{Floor: cfg.Eviction.StarvationFloor, Window: cfg.Eviction.StarvationWindow},
 		starvationMeter: interference.NewMeter(procDir, layout),
+		poolHold:        poolHold{},
 	}
 	a.mech, a.mechChoice = plugins.CPUMechanism(cfg.CPU.Mechanism), "set by cpu.mechanism"
 	if cfg.CPU.Mechanism == config.MechanismAuto {

@@ -317,8 +317,8 @@ func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
 	}
 	// ... until the hold is over.
 	a.mu.Lock()
-	for node, since := range a.poolHold.since {
-		a.poolHold.since[node] = since.Add(-10 * time.Second)
+	for node, since := range a.poolHold {
+		a.poolHold[node] = since.Add(-10 * time.Second)
 	}
 	a.mu.Unlock()
 	pass(95)
