@@ -131,7 +131,7 @@ func TestBaselineExcusesAWorkloadsOwnWait(t *testing.T) {
 	}
 	// Lending comes back, bounded by the usage ceiling (web uses one of the CPUs), and holds.
 	n.eventually(15*time.Second, "lending back past its minimum", func() error {
-		if s := n.status(); s.Lendable.MilliCPU < 400 {
+		if s := n.status(); s.Lendable.MilliCPU < lentPastMinimum {
 			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
 		}
 		return nil
@@ -142,7 +142,7 @@ func TestBaselineExcusesAWorkloadsOwnWait(t *testing.T) {
 			t.Errorf("web's own wait cut lending: %s", a.Reason)
 		}
 	}
-	if s := n.status(); s.Lendable.MilliCPU < 400 {
+	if s := n.status(); s.Lendable.MilliCPU < lentPastMinimum {
 		t.Errorf("lendable %dm after the baseline", s.Lendable.MilliCPU)
 	}
 }
@@ -169,7 +169,7 @@ func TestBaselineLearnsAFloorCuttingCannotCure(t *testing.T) {
 		return nil
 	})
 	n.eventually(15*time.Second, "lending back past its minimum", func() error {
-		if s := n.status(); s.Lendable.MilliCPU < 400 {
+		if s := n.status(); s.Lendable.MilliCPU < lentPastMinimum {
 			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
 		}
 		return nil
@@ -182,12 +182,18 @@ func TestBaselineLearnsAFloorCuttingCannotCure(t *testing.T) {
 	t.Logf("first baseline %.3f; cut: %s", first.Baseline, cut.Reason)
 	n.eventually(20*time.Second, "a baseline learned at the minimum, and lending back", func() error {
 		w, _ := webWait(n)
-		if s := n.status(); w.Baseline < 1 || s.Lendable.MilliCPU < 400 {
+		if s := n.status(); w.Baseline < 1 || s.Lendable.MilliCPU < lentPastMinimum {
 			return fmt.Errorf("web's baseline %.3f (target %.3f), lendable %dm", w.Baseline, w.Target, s.Lendable.MilliCPU)
 		}
 		return nil
 	})
 }
+
+// lentPastMinimum is lending well past the 100m minimum for a node whose online work (web)
+// runs a whole CPU of two: the usage ceiling leaves 2000 - (1000 x 1.1 + 250) = 650m, less
+// what else runs and what the host steals (steal counts as busy: on this VM up to 300m in a
+// noisy hour, when 400m failed).
+const lentPastMinimum = 250
 
 // webWait is the run-queue wait indicator of workload web, once it has a baseline.
 func webWait(n *node) (reporter.Indicator, bool) {
