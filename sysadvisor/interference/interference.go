@@ -311,7 +311,7 @@ func (m *Meter) idleTurn(cgroup string, idle []int) []int {
 	}
 	c := m.cgroups[cgroup]
 	if c == nil {
-		return idle[:idleReadsPerRound]
+		return idle // no cursor to keep (its CPU counter could not be opened): read them all
 	}
 	slices.Sort(idle)
 	start, _ := slices.BinarySearch(idle, c.nextIdle)
