@@ -71,6 +71,8 @@ type v1Backend struct {
 	memory interface {
 		Update(string, *specs.LinuxResources) error
 	}
+	// rootBalances is the root cpuset's sched_load_balance, read at start and on forget.
+	rootBalances bool
 }
 
 func v1CpusetFile(k knob) string {
@@ -86,6 +88,7 @@ func v1CpusetFile(k knob) string {
 // co-mounted cpu,cpuacct has cpu and cpuacct links); newBackend checks that this holds.
 func newV1Backend(layout *cgroupfs.Layout) *v1Backend {
 	b := &v1Backend{layout: layout, groups: map[string]cgroup1.Cgroup{}}
+	b.readRootBalance()
 	for name, mount := range layout.Controllers() {
 		root := filepath.Dir(mount)
 		switch name {
@@ -159,7 +162,25 @@ func (b *v1Backend) cpusetFilled(path string) (map[knob]string, bool) {
 	return seen, true
 }
 
-func (b *v1Backend) forget() { b.groups = map[string]cgroup1.Cgroup{} }
+func (b *v1Backend) forget() {
+	b.groups = map[string]cgroup1.Cgroup{}
+	b.readRootBalance()
+}
+
+// readRootBalance notes whether the root cpuset balances load over all CPUs (the default).
+// Then the kernel makes one scheduling domain of every CPU whatever the cgroups below say, yet
+// rebuilds its domains on each write to the cpuset.cpus of a cgroup whose own flag is on:
+// most of what a pool resize costs, once per reclaimed workload (BenchmarkPoolResize200).
+// Turning the flag off in tidal's cgroups changes no domain and saves those rebuilds. With the
+// root's off (CPUs partitioned on purpose) the flags below decide the domains: left alone.
+func (b *v1Backend) readRootBalance() {
+	if !b.layout.Has("cpuset") {
+		b.rootBalances = false
+		return
+	}
+	data, err := cgroupfs.ReadFile(filepath.Join(b.layout.Dir("cpuset", ""), "cpuset.sched_load_balance"))
+	b.rootBalances = err == nil && strings.TrimSpace(string(data)) == "1"
+}
 
 func (b *v1Backend) create(path string) (map[knob]string, error) {
 	_, seen, err := b.load(path)
@@ -194,6 +215,8 @@ func (b *v1Backend) read(path string, k knob) (string, error) {
 	case knobCPUs:
 		v, err := file("cpuset", "cpuset.cpus")
 		return canonicalCPUs(v), err
+	case knobCPUBalance:
+		return file("cpuset", "cpuset.sched_load_balance")
 	case knobMems:
 		v, err := file("cpuset", "cpuset.mems")
 		return canonicalCPUs(v), err
@@ -256,6 +279,8 @@ func (b *v1Backend) supports(k knob) bool {
 		return false
 	case knobIOMax, knobIOWeight:
 		return b.layout.Has("blkio")
+	case knobCPUBalance:
+		return b.rootBalances
 	}
 	return true
 }
@@ -395,6 +420,8 @@ func (b *v1Backend) write(path string, k knob, value string) error {
 		return writeFile(filepath.Join(b.layout.Dir("memory", path), "memory.soft_limit_in_bytes"), value)
 	case knobMemoryOOMWait:
 		return writeFile(filepath.Join(b.layout.Dir("memory", path), "memory.oom_control"), value)
+	case knobCPUBalance:
+		return writeFile(filepath.Join(b.layout.Dir("cpuset", path), "cpuset.sched_load_balance"), value)
 	case knobIOMax:
 		return b.writeThrottles(path, value)
 	case knobIOWeight:
@@ -557,7 +584,7 @@ func (b *v2Backend) writeIOMax(path, value string) error {
 	return errors.Join(errs...)
 }
 
-func (b *v2Backend) supports(k knob) bool { return k != knobMemoryOOMWait }
+func (b *v2Backend) supports(k knob) bool { return k != knobMemoryOOMWait && k != knobCPUBalance }
 
 func (b *v2Backend) write(path string, k knob, value string) error {
 	switch {
@@ -611,7 +638,7 @@ func (b *v2Backend) write(path string, k knob, value string) error {
 // v2File is the unified-hierarchy file behind a knob.
 func v2File(k knob) string {
 	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.weight", "cpu.max", "memory.max", "", "cpu.max.burst",
-		"memory.high", "memory.low", "memory.min", "", "io.max", "io.weight"}[k]
+		"memory.high", "memory.low", "memory.min", "", "io.max", "io.weight", ""}[k]
 }
 
 func writeFile(path, value string) error {

@@ -34,13 +34,16 @@ const (
 	// the proportional weight, which exists only where a scheduler offers it.
 	knobIOMax
 	knobIOWeight
+	// knobCPUBalance is cgroup v1's cpuset.sched_load_balance, turned off in every cgroup
+	// tidal gives CPUs, where the root's is on: see v1Backend.supports.
+	knobCPUBalance
 	numKnobs
 )
 
 // String names the knob as metrics and logs show it.
 func (k knob) String() string {
 	return [...]string{"cpuset.cpus", "cpuset.mems", "cpu.idle", "cpu.shares", "cpu.quota", "memory.limit", "devices", "cpu.burst",
-		"memory.high", "memory.low", "memory.min", "memory.oom-wait", "io.max", "io.weight"}[k]
+		"memory.high", "memory.low", "memory.min", "memory.oom-wait", "io.max", "io.weight", "cpuset.sched-load-balance"}[k]
 }
 
 // v1 reports "no memory limit" as a page-rounded LONG_MAX; anything this large is unlimited.
@@ -53,6 +56,7 @@ func wanted(s plugins.Settings) map[knob]string {
 	w := map[knob]string{}
 	if c.CPUs != "" {
 		w[knobCPUs] = c.CPUs
+		w[knobCPUBalance] = "0"
 	}
 	if c.Mems != "" {
 		w[knobMems] = c.Mems

@@ -86,6 +86,12 @@ func TestApplyRealCgroupsV1(t *testing.T) {
 		{"cpu", root + "/shared", "cpu.shares", "1024"},
 		{"memory", root + "/reclaimed/batch", "memory.limit_in_bytes", "268435456"},
 	}
+	if read(t, l, "cpuset", "", "cpuset.sched_load_balance") == "1" {
+		// The root balances every CPU: tidal's cgroups need not, and then a write to their
+		// cpuset.cpus does not rebuild the scheduling domains.
+		checks = append(checks, struct{ controller, path, file, want string }{"cpuset", root + "/reclaimed/batch", "cpuset.sched_load_balance", "0"},
+			struct{ controller, path, file, want string }{"cpuset", root, "cpuset.sched_load_balance", "0"})
+	}
 	for _, c := range checks {
 		if got := read(t, l, c.controller, c.path, c.file); got != c.want {
 			t.Errorf("%s/%s = %q, want %q", c.path, c.file, got, c.want)
