@@ -26,6 +26,7 @@
 //	static-idle-quota  the same with a fixed CFS quota of 400m
 //	tidal-long-hold    tidal with interference.holdAfterFirstCut 10s (the default before 2.5s)
 //	tidal-pool-hold    tidal with cpu.poolShrinkAfter 10s
+//	tidal-pool-hold-3s tidal with cpu.poolShrinkAfter 3s
 //
 // The scenarios run interleaved (each server through A B C ..., then again) for -rounds rounds, so that
 // whatever else the machine does affects them alike, and every figure is the median over the

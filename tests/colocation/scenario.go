@@ -85,6 +85,9 @@ var scenarios = []scenario{
 	{Name: "tidal-pool-hold", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "cpu:\n  poolShrinkAfter: 10s\n",
 		About:       "tidal whose reclaimed pool keeps its CPUs for 10 s after lending fell within fewer (cpu.poolShrinkAfter); the quota takes the time back at once"},
+	{Name: "tidal-pool-hold-3s", Online: true, Offline: true, Tidal: true, diagnostic: true,
+		agentConfig: "cpu:\n  poolShrinkAfter: 3s\n",
+		About:       "as tidal-pool-hold with a 3 s hold"},
 }
 
 // noAgentBaselines are the no-agent ways to colocate that tidal must beat.
