@@ -77,7 +77,8 @@ func TestApplyRealCgroupsV1(t *testing.T) {
 	if err := w.Apply(tree(first, last, 500)); err != nil {
 		t.Fatal(err)
 	}
-	checks := []struct{ controller, path, file, want string }{
+	type check struct{ controller, path, file, want string }
+	checks := []check{
 		{"cpuset", root + "/shared/web", "cpuset.cpus", first.String()},
 		{"cpuset", root + "/reclaimed/batch", "cpuset.cpus", last.String()},
 		{"cpu", root + "/reclaimed/batch", "cpu.idle", "1"},
@@ -89,8 +90,9 @@ func TestApplyRealCgroupsV1(t *testing.T) {
 	if read(t, l, "cpuset", "", "cpuset.sched_load_balance") == "1" {
 		// The root balances every CPU: tidal's cgroups need not, and then a write to their
 		// cpuset.cpus does not rebuild the scheduling domains.
-		checks = append(checks, struct{ controller, path, file, want string }{"cpuset", root + "/reclaimed/batch", "cpuset.sched_load_balance", "0"},
-			struct{ controller, path, file, want string }{"cpuset", root, "cpuset.sched_load_balance", "0"})
+		checks = append(checks,
+			check{"cpuset", root + "/reclaimed/batch", "cpuset.sched_load_balance", "0"},
+			check{"cpuset", root, "cpuset.sched_load_balance", "0"})
 	}
 	for _, c := range checks {
 		if got := read(t, l, c.controller, c.path, c.file); got != c.want {
