@@ -74,6 +74,9 @@ type Agent struct {
 	signal   evict.Evictor
 
 	reconciling sync.Mutex
+	// limitsWrite serializes the fast path's narrow writes (writeReclaimedLimits); it is
+	// taken before mu, never under it.
+	limitsWrite sync.Mutex
 
 	mu      sync.Mutex
 	advisor *advisor.Advisor

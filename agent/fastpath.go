@@ -151,6 +151,11 @@ func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) {
 // writing meanwhile stops at its next cgroup and hands over the writer): the reclaimed pool's
 // cpuset and, with the quota mechanism, the CFS quotas.
 func (a *Agent) writeReclaimedLimits() {
+	// One at a time, from plan to write: the fast loop, the interference loop, the PSI
+	// trigger and a full pass may all call this at once, and a caller that read an older,
+	// larger plan must not write it after one that read the newer, smaller one.
+	a.limitsWrite.Lock()
+	defer a.limitsWrite.Unlock()
 	snap := a.store.Snapshot()
 	a.mu.Lock()
 	now := time.Now()

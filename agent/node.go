@@ -225,28 +225,39 @@ func (a *Agent) reconcile() error {
 	a.reconciling.Lock()
 	defer a.reconciling.Unlock()
 	snap := a.store.Snapshot()
-	a.mu.Lock()
-	now := time.Now()
-	plan := a.writtenPlanLocked(now, snap)
-	old := a.pools
-	a.pools = a.computePoolsLocked(now, snap, plan.ReclaimedMilliCPU)
-	a.spikeLimitsChangedLocked()
-	node := a.nodeLocked(plan)
-	generation := a.planGeneration
-	a.mu.Unlock()
-	if !samePoolCPUs(old, node.Pools) {
-		// Runtime hooks hold their own copy of containers' cpusets: tell them.
-		select {
-		case a.poolsChanged <- struct{}{}:
-		default:
+	var err error
+	var generation uint64
+	// A pass the fast path preempts wrote only part of the tree; it goes again with the new
+	// plan at once, not at the next pass, so that a workload Add admits is confined when Add
+	// returns. The writer skips what is already written, so a retry costs little.
+	for attempt := 1; ; attempt++ {
+		a.mu.Lock()
+		now := time.Now()
+		plan := a.writtenPlanLocked(now, snap)
+		old := a.pools
+		a.pools = a.computePoolsLocked(now, snap, plan.ReclaimedMilliCPU)
+		a.spikeLimitsChangedLocked()
+		node := a.nodeLocked(plan)
+		generation = a.planGeneration
+		a.mu.Unlock()
+		if !samePoolCPUs(old, node.Pools) {
+			// Runtime hooks hold their own copy of containers' cpusets: tell them.
+			select {
+			case a.poolsChanged <- struct{}{}:
+			default:
+			}
 		}
-	}
-	err := a.writer.Apply(a.desired(snap, node, plan).Cgroups())
-	if errors.Is(err, isolation.ErrPreempted) {
-		// The fast path needed the writer: it wrote the reclaimed limits, and the rest of
-		// this pass waits for the next one.
-		a.log.Debug("cgroup pass preempted by the fast path")
-		err = nil
+		err = a.writer.Apply(a.desired(snap, node, plan).Cgroups())
+		if !errors.Is(err, isolation.ErrPreempted) {
+			break
+		}
+		if attempt == maxPreemptedAttempts {
+			// The fast path keeps needing the writer (a spike under way): it wrote the
+			// reclaimed limits, and the rest waits for the next pass.
+			a.log.Debug("cgroup pass preempted by the fast path", "attempts", attempt)
+			err = nil
+			break
+		}
 	}
 
 	a.mu.Lock()
@@ -268,6 +279,9 @@ func (a *Agent) reconcile() error {
 	a.publish(snap)
 	return err
 }
+
+// maxPreemptedAttempts bounds how often one pass starts again after the fast path preempted it.
+const maxPreemptedAttempts = 3
 
 // desired is the cgroup tree the registry and the plan call for: pure computation, no I/O.
 func (a *Agent) desired(snap state.Snapshot, node plugins.Node, plan advisor.Plan) *plugins.Tree {
