@@ -361,13 +361,19 @@ func (a *Agent) restore() error {
 		a.log.Warn("ignoring checkpoint; rebuilding from cgroups on disk", "err", err)
 	}
 	podSources := a.pods != nil || a.cfg.Hooks.CRIProxy || a.cfg.Hooks.NRI
+	// A kept pod's source: the pod watch confirms or drops it once synced; without one, the
+	// runtime hooks' collector drops it once the runtime removes its cgroup.
+	podSource := ""
+	if a.pods == nil {
+		podSource = hooks.Name
+	}
 	byPath := map[string]plugins.Workload{}
 	var keep []state.Record
 	for _, w := range saved {
 		byPath[w.Cgroup] = w
 		if w.Owner.Foreign() && podSources && a.layout.Exists(w.Cgroup) {
 			pids, _ := a.layout.Procs(w.Cgroup, true)
-			keep = append(keep, state.Record{Workload: w, PIDs: pids})
+			keep = append(keep, state.Record{Workload: w, Source: podSource, PIDs: pids})
 		}
 	}
 	for _, tier := range qos.AllTiers() {

@@ -72,9 +72,9 @@ func (s *Source) Name() string { return Name }
 // restarts it.
 func (s *Source) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// Cancel, then wait: a hook that fails to start must stop the ones already serving.
+	defer func() { cancel(); wg.Wait() }()
 	var once sync.Once
 	var failed error
 	fail := func(err error) { once.Do(func() { failed = err; cancel() }) }
