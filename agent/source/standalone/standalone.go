@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tidalqos/tidal/agent/source"
@@ -90,10 +91,34 @@ type Options struct {
 }
 
 // Source is the standalone workload source.
-type Source struct{ opts Options }
+type Source struct {
+	opts Options
+
+	// admitting names the workloads Admit has registered and not yet moved a process into:
+	// the collector must not take their empty cgroups for exited work.
+	mu sync.Mutex
+	// (A count: two requests may race for one name, and the loser must not unmark it.)
+	admitting map[string]int
+}
 
 // New returns the source.
-func New(opts Options) *Source { return &Source{opts: opts} }
+func New(opts Options) *Source { return &Source{opts: opts, admitting: map[string]int{}} }
+
+func (s *Source) setAdmitting(name string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.admitting[name]++
+	} else if s.admitting[name]--; s.admitting[name] <= 0 {
+		delete(s.admitting, name)
+	}
+}
+
+func (s *Source) isAdmitting(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.admitting[name] > 0
+}
 
 // Name implements source.Source.
 func (s *Source) Name() string { return Name }
@@ -117,7 +142,7 @@ func (s *Source) Run(ctx context.Context) error {
 // predate the process).
 func (s *Source) collectExited() {
 	for _, r := range s.opts.Node.Snapshot().Workloads {
-		if r.Source != Name || len(r.PIDs) > 0 || time.Since(r.Started) <= time.Second {
+		if r.Source != Name || len(r.PIDs) > 0 || time.Since(r.Started) <= time.Second || s.isAdmitting(r.Name) {
 			continue
 		}
 		if pids, err := s.opts.Cgroups.Procs(r.Cgroup); err == nil && len(pids) > 0 {
@@ -141,6 +166,10 @@ func (s *Source) Admit(req AdmitRequest, peerPID int) (state.Record, error) {
 		return state.Record{}, err
 	}
 	spec.Origin = strings.Join(req.Command, " ")
+	// Registering can take a while (a full pass); until the process is in, the workload's
+	// cgroup is empty and must not be collected as exited.
+	s.setAdmitting(spec.Name, true)
+	defer s.setAdmitting(spec.Name, false)
 	rec, err := s.opts.Node.Add(spec)
 	var cannot *state.AllocationError
 	switch {
