@@ -167,8 +167,14 @@ func (c *Client) Run(ctx context.Context, h Handler) {
 		if !cache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced, policyInformer.HasSynced) {
 			return
 		}
-		list, _ := pods.Core().V1().Pods().Lister().List(labels.Everything())
-		deliver(func() { h.PodsSynced(list) })
+		// Listed on the calls loop, not here: the informer updates its cache before it
+		// notifies, so the list is no older than any event handled before it, and a pod
+		// deleted meanwhile is not brought back.
+		lister := pods.Core().V1().Pods().Lister()
+		deliver(func() {
+			list, _ := lister.List(labels.Everything())
+			h.PodsSynced(list)
+		})
 		if _, err := policy.Core().V1().ConfigMaps().Lister().ConfigMaps(c.policyNS).Get(c.policyName); err != nil {
 			deliver(func() { h.PolicyChanged("", fmt.Errorf("ConfigMap %s/%s: %w", c.policyNS, c.policyName, err)) })
 		}

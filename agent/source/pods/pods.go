@@ -62,7 +62,11 @@ type Options struct {
 type Source struct {
 	opts Options
 
-	mu sync.Mutex
+	// changing serializes sync and drop from start to end (they register with the node, which
+	// may take a pass): a resync from the slow loop must not bring back a pod the watch
+	// dropped meanwhile.
+	changing sync.Mutex
+	mu       sync.Mutex
 	// layout is nil until the kubelet's cgroups are found.
 	layout *kube.CgroupLayout
 	// policy says who may claim system and dedicated: nobody until the ConfigMap is read.
@@ -149,12 +153,9 @@ func (h handler) PolicyChanged(data string, err error) {
 		if p, err = kube.ParsePolicy(data); err == nil {
 			s.mu.Lock()
 			s.policy = p
-			pods := s.podList()
 			s.mu.Unlock()
 			s.opts.Log.Info("tier policy", "system", p.SystemNamespaces, "dedicated", p.DedicatedNamespaces)
-			for _, pod := range pods {
-				s.sync(pod)
-			}
+			s.resync()
 			return
 		}
 	}
@@ -166,18 +167,37 @@ func (h handler) PolicyChanged(data string, err error) {
 
 func podName(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
-func (s *Source) podList() []*corev1.Pod {
-	out := make([]*corev1.Pod, 0, len(s.pods))
-	for _, p := range s.pods {
-		out = append(out, p)
+// resync syncs every known pod again, each as it is now: one dropped meanwhile stays dropped.
+func (s *Source) resync() {
+	s.mu.Lock()
+	uids := make([]types.UID, 0, len(s.pods))
+	for uid := range s.pods {
+		uids = append(uids, uid)
 	}
-	return out
+	s.mu.Unlock()
+	for _, uid := range uids {
+		s.changing.Lock()
+		s.mu.Lock()
+		pod, ok := s.pods[uid]
+		s.mu.Unlock()
+		if ok {
+			s.apply(pod)
+		}
+		s.changing.Unlock()
+	}
 }
 
 // sync makes a pod's workload match the pod.
 func (s *Source) sync(pod *corev1.Pod) {
+	s.changing.Lock()
+	defer s.changing.Unlock()
+	s.apply(pod)
+}
+
+// apply is sync under changing.
+func (s *Source) apply(pod *corev1.Pod) {
 	if kube.Finished(pod) {
-		s.drop(pod.UID, "finished")
+		s.forget(pod.UID, "finished")
 		return
 	}
 	s.mu.Lock()
@@ -239,6 +259,13 @@ func (s *Source) tell(pod *corev1.Pod, problems []error) {
 
 // drop forgets a pod that ended or left the node.
 func (s *Source) drop(uid types.UID, why string) {
+	s.changing.Lock()
+	defer s.changing.Unlock()
+	s.forget(uid, why)
+}
+
+// forget is drop under changing.
+func (s *Source) forget(uid types.UID, why string) {
 	s.mu.Lock()
 	pod, ok := s.pods[uid]
 	delete(s.pods, uid)
@@ -278,12 +305,9 @@ func (s *Source) Refresh() {
 	s.pinned = pinned
 	hadLayout := s.layout != nil
 	found := s.layoutLocked() != nil
-	pods := s.podList()
 	s.mu.Unlock()
 	if found && (!hadLayout || changed) {
-		for _, pod := range pods {
-			s.sync(pod)
-		}
+		s.resync()
 	}
 }
 
