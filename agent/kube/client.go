@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,9 +71,10 @@ type Client struct {
 	log         *slog.Logger
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
-	// publishedQueues are the queue labels last set on the Node (PublishNode's caller
-	// serializes calls).
+	// publishedQueues are the queue labels last set on the Node, first read from it
+	// (queueLabelsRead); PublishNode's caller serializes calls.
 	publishedQueues []string
+	queueLabelsRead bool
 }
 
 // NewClient connects as cfg for node; policy is the tier policy ConfigMap "namespace/name".
@@ -242,6 +244,20 @@ func (c *Client) PublishNode(ctx context.Context, r NodeReport, now, transition 
 	topo, err := json.Marshal(r.Topology)
 	if err != nil {
 		return fmt.Errorf("topology annotation: %w", err)
+	}
+	if !c.queueLabelsRead {
+		// A run before this one (or a crash) may have left queue labels this run does not
+		// know of: they would draw a queue's offline work here with nothing lent to it.
+		node, err := c.cs.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read node %s's queue labels: %w", c.node, err)
+		}
+		for k := range node.Labels {
+			if q, ok := strings.CutPrefix(k, LabelQueuePrefix); ok {
+				c.publishedQueues = append(c.publishedQueues, q)
+			}
+		}
+		c.queueLabelsRead = true
 	}
 	labels := map[string]any{}
 	for _, q := range r.Queues {

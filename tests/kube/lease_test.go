@@ -77,10 +77,16 @@ func TestNodeCarriesItsLeasedQueues(t *testing.T) {
 	c := newCluster(t)
 	arbiterCfg, policyFile := leaseArbiter(t, "node-a", leasePolicy(true))
 	n := newKubeNode(t, c, "node-a", "cgroupfs", arbiterCfg)
+	// A label an earlier run of the agent left for a queue its lease no longer lends to.
+	stale := []byte(`{"metadata":{"labels":{"queue.tidalqos.io/gone":"true"}}}`)
+	if _, err := c.admin.CoreV1().Nodes().Patch(context.Background(), "node-a", types.MergePatchType, stale, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	n.start()
-	eventually(t, 30*time.Second, "queue label on the Node", func() error {
-		if v := c.node(t, "node-a").Labels["queue.tidalqos.io/queue-1"]; v != "true" {
-			return fmt.Errorf("labels %v", c.node(t, "node-a").Labels)
+	eventually(t, 30*time.Second, "queue label on the Node, and the stale one gone", func() error {
+		labels := c.node(t, "node-a").Labels
+		if v, ok := labels["queue.tidalqos.io/gone"]; labels["queue.tidalqos.io/queue-1"] != "true" || ok {
+			return fmt.Errorf("labels %v (stale label %q)", labels, v)
 		}
 		return nil
 	})
