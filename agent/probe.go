@@ -37,7 +37,9 @@ type probe struct {
 
 func newProbes(interval time.Duration) *probes {
 	return &probes{interval: interval, running: map[string]*probe{},
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}}
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true},
+			// A redirect is an answer, and not a 2xx one: the probe is not followed elsewhere.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
 // sync runs the probes of want (workload name -> its SLO) and stops the others.

@@ -12,6 +12,8 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/agent/source"
+	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/qos"
 )
 
@@ -187,5 +189,48 @@ func TestDamper(t *testing.T) {
 	zero.MemoryBytes = 0
 	if !d.Due(t0.Add(time.Second), zero) {
 		t.Error("a fall to zero is due")
+	}
+}
+
+// recordingNode keeps the last spec put: what PutPod decides is pure logic.
+type recordingNode struct {
+	source.Node
+	last state.Spec
+}
+
+func (n *recordingNode) Put(s state.Spec) (state.Record, error) {
+	n.last = s
+	return state.Record{Workload: s.Workload}, nil
+}
+
+// A pod may point its SLO probe only at itself: the agent is root on the host's network.
+func TestSLOProbeMustPointAtThePodItself(t *testing.T) {
+	cases := []struct {
+		name, probe string
+		ips         []string
+		keep        bool
+		problem     bool
+	}{
+		{"own IP", "http://10.0.0.7:8080/healthz", []string{"10.0.0.7"}, true, false},
+		{"own IPv6", "http://[fd00::7]:8080/healthz", []string{"10.0.0.7", "fd00::7"}, true, false},
+		{"metadata service", "http://169.254.169.254/latest/meta-data", []string{"10.0.0.7"}, false, true},
+		{"loopback, pod network", "http://127.0.0.1:10248/healthz", []string{"10.0.0.7"}, false, true},
+		{"no IP yet", "http://10.0.0.7:8080/healthz", nil, false, false},
+	}
+	for _, c := range cases {
+		n := &recordingNode{}
+		meta := qos.Metadata{Name: "ns/web", Namespace: "ns", Annotations: map[string]string{
+			qos.AnnotationQoSLevel: string(qos.Shared), qos.AnnotationSLOProbe: c.probe, qos.AnnotationSLOLatency: "20ms"}}
+		_, problems := PutPod(n, "kubernetes", PodInfo{Meta: meta, UID: "u1", Cgroup: "kubepods/podu1", IPs: c.ips}, qos.Policy{})
+		if kept := n.last.SLO.Probe == c.probe; kept != c.keep {
+			t.Errorf("%s: SLO %+v, want the probe kept: %v", c.name, n.last.SLO, c.keep)
+		}
+		var told bool
+		for _, p := range problems {
+			told = told || strings.Contains(p.Error(), "none of its IPs")
+		}
+		if told != c.problem {
+			t.Errorf("%s: problems %v, want one about the probe's host: %v", c.name, problems, c.problem)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"slices"
 	"time"
 
 	"k8s.io/utils/cpuset"
@@ -34,6 +36,10 @@ type PodInfo struct {
 	Pinned *cpuset.CPUSet
 	// Terminating: its owner is stopping it (deletion requested).
 	Terminating bool
+	// IPs are the pod's IPs once it has them (nil before, and for a runtime hook's sandbox),
+	// loopback included for a pod on the host's network: an SLO probe must point at one of
+	// them, or a pod could make the agent, root on the host's network, send requests anywhere.
+	IPs []string
 }
 
 // PutPod makes (or updates) the workload of a pod: classified by the same qos function as
@@ -48,6 +54,14 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 		NUMABinding: d.NUMABinding, ReclaimPriority: d.ReclaimPriority, SLO: d.SLO, Started: p.Created,
 		CPUBurstPercent: d.CPUBurstPercent,
 	}}
+	if spec.SLO.Probe != "" {
+		if err := probeOwnHost(spec.SLO.Probe, p.IPs); err != nil {
+			spec.SLO = qos.SLO{}
+			if p.IPs != nil { // before its IPs are known the pod's next update says
+				problems = append(problems, err)
+			}
+		}
+	}
 	if p.Pinned != nil {
 		// The kubelet's CPU manager pinned this pod: its cores are taken whatever its tier,
 		// and its cpusets are the kubelet's.
@@ -79,6 +93,16 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 		problems = append(problems, err)
 	}
 	return rec, problems
+}
+
+// probeOwnHost checks that an SLO probe's URL points at one of the pod's own IPs.
+func probeOwnHost(probe string, ips []string) error {
+	u, err := url.Parse(probe)
+	if err == nil && slices.Contains(ips, u.Hostname()) {
+		return nil
+	}
+	return &qos.Problem{Key: qos.AnnotationSLOProbe, Value: probe, Source: qos.SourceAnnotation, Kind: qos.ErrIgnored,
+		Reason: fmt.Sprintf("the agent probes only the pod itself, and this host is none of its IPs %v; no SLO probe", ips)}
 }
 
 func dedicatedProblem(reason string) error {

@@ -219,6 +219,7 @@ func (s *Source) apply(pod *corev1.Pod) {
 		ReclaimedMilliCPU: kube.RequestValue(pod, kube.ResourceReclaimedMilliCPU),
 		ReclaimedMemory:   kube.RequestValue(pod, kube.ResourceReclaimedMemory),
 		Pinned:            pinned,
+		IPs:               podIPs(pod),
 	}
 	old, had := s.opts.Node.Get(podName(pod))
 	if had && old.UID != string(pod.UID) && old.UID != "" {
@@ -228,6 +229,22 @@ func (s *Source) apply(pod *corev1.Pod) {
 	info.Terminating = pod.DeletionTimestamp != nil
 	_, problems := kube.PutPod(s.opts.Node, Name, info, policy)
 	s.tell(pod, problems)
+}
+
+// podIPs are the pod's IPs (nil until it has one), with loopback for a pod on the host's
+// network, whose own services listen there too.
+func podIPs(pod *corev1.Pod) []string {
+	var ips []string
+	for _, ip := range pod.Status.PodIPs {
+		ips = append(ips, ip.IP)
+	}
+	if len(ips) == 0 && pod.Status.PodIP != "" {
+		ips = append(ips, pod.Status.PodIP)
+	}
+	if len(ips) > 0 && pod.Spec.HostNetwork {
+		ips = append(ips, "127.0.0.1", "::1", "localhost")
+	}
+	return ips
 }
 
 // tell records each problem with a pod's metadata as an Event on it, once.
