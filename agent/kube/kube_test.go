@@ -93,6 +93,19 @@ func TestQOSClassAndRequests(t *testing.T) {
 	if r := Request(two, corev1.ResourceCPU); r.MilliValue() != 3000 {
 		t.Errorf("an init container larger than the sum counts: got %dm", r.MilliValue())
 	}
+	// Sidecars (KEP-753) run beside the containers, and beside every init container after them.
+	always := corev1.ContainerRestartPolicyAlways
+	sidecar := container(half, nil)
+	sidecar.RestartPolicy = &always
+	withSidecar := pod(container(cpu2, cpu2))
+	withSidecar.Spec.InitContainers = []corev1.Container{sidecar, container(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2200m")}, nil)}
+	if r := Request(withSidecar, corev1.ResourceCPU); r.MilliValue() != 2700 {
+		t.Errorf("a 500m sidecar, a 2200m init container after it and a 2-CPU container: got %dm, want 2700m", r.MilliValue())
+	}
+	withSidecar.Spec.InitContainers = withSidecar.Spec.InitContainers[:1]
+	if r := Request(withSidecar, corev1.ResourceCPU); r.MilliValue() != 2500 {
+		t.Errorf("a 500m sidecar beside a 2-CPU container: got %dm, want 2500m", r.MilliValue())
+	}
 	prio := int32(7)
 	m := pod(container(lent, lent))
 	m.Namespace, m.Name, m.Spec.Priority = "batch", "job-1", &prio

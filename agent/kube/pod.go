@@ -48,18 +48,31 @@ func allContainers(pod *corev1.Pod) []corev1.Container {
 }
 
 // Request is what a pod asks of a resource as the scheduler counts it: the sum over its
-// containers, or an init container's if larger (init containers run one at a time).
+// containers and its sidecars (init containers that keep running, restartPolicy Always), or
+// what an init container needs beside the sidecars started before it, if larger (init
+// containers run one at a time).
 func Request(pod *corev1.Pod, name corev1.ResourceName) resource.Quantity {
-	var sum resource.Quantity
+	var sum, sidecars, init resource.Quantity
 	for _, c := range pod.Spec.Containers {
 		if q, ok := c.Resources.Requests[name]; ok {
 			sum.Add(q)
 		}
 	}
 	for _, c := range pod.Spec.InitContainers {
-		if q, ok := c.Resources.Requests[name]; ok && q.Cmp(sum) > 0 {
-			sum = q.DeepCopy()
+		q := c.Resources.Requests[name]
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sum.Add(q)
+			sidecars.Add(q)
+			q = sidecars.DeepCopy()
+		} else {
+			q.Add(sidecars)
 		}
+		if q.Cmp(init) > 0 {
+			init = q
+		}
+	}
+	if init.Cmp(sum) > 0 {
+		return init
 	}
 	return sum
 }
