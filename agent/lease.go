@@ -116,15 +116,16 @@ func (a *Agent) reportLoop(ctx context.Context) {
 // without the agent's lock.
 func (a *Agent) reportOnce(ctx context.Context) {
 	snap := a.store.Snapshot()
-	a.mu.Lock()
-	r := a.reportLocked(time.Now(), snap)
+	// The token file is read outside the agent's lock, which the fast path needs; only this
+	// goroutine touches the token and the client.
 	if err := a.lease.refreshToken(); err != nil {
 		a.log.Warn("cannot read the arbiter token again; using the last one", "err", err)
 	}
-	client := *a.lease.client // a copy: the token may change under the lock meanwhile
+	a.mu.Lock()
+	r := a.reportLocked(time.Now(), snap)
 	a.mu.Unlock()
 
-	lease, err := client.Report(ctx, r)
+	lease, err := a.lease.client.Report(ctx, r)
 	now := time.Now()
 	a.mu.Lock()
 	if err != nil {
@@ -263,7 +264,9 @@ func (a *Agent) enforceLease(ctx context.Context, now time.Time) {
 			a.actionLocked("throttle", "lease-ended", fmt.Sprintf("queue %s has no grant (lease %s); its work is evicted after %s", r.Queue, leaseState(a.lease, now), a.cfg.Eviction.GracePeriod))
 			continue
 		}
-		if now.Sub(since) >= a.cfg.Eviction.GracePeriod {
+		// Like the other evictions: one whose eviction was just refused (a disruption
+		// budget) waits, and the next victim is tried meanwhile.
+		if now.Sub(since) >= a.cfg.Eviction.GracePeriod && len(r.PIDs) > 0 && !now.Before(r.RefusedUntil) {
 			victims = append(victims, r.Workload)
 		}
 	}

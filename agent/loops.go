@@ -81,6 +81,9 @@ func (a *Agent) slowPass(ctx context.Context) {
 
 	s, fresh, err := a.sample(start, snap, pools)
 	a.mu.Lock()
+	// The memory lent while the sample was read: a shrink below comes into force with this
+	// pass's writes, and the kernel gets to reclaim before anyone is evicted for it.
+	lentMemory := a.writtenPlanLocked(start, snap).ReclaimedMemory
 	switch {
 	case err != nil && start.Sub(a.sampler.lastOK) > a.cfg.Loops.MetricsStaleAfter:
 		a.log.Warn("node metrics unavailable", "err", err)
@@ -97,7 +100,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 	a.spikeLimitsChangedLocked()
 	a.mu.Unlock()
 	if err == nil && fresh {
-		a.maybeEvictForMemory(ctx, s)
+		a.maybeEvictForMemory(ctx, s, lentMemory)
 	}
 	a.maybeEvictStarved(ctx, start)
 	a.observeGPUs(ctx, start)
@@ -262,9 +265,10 @@ func (a *Agent) children(cgroup string) []string {
 	return cs
 }
 
-// maybeEvictForMemory stops the lowest-priority reclaimed workload when memory is short, one
-// at a time with a cool-down. Online workloads are never candidates.
-func (a *Agent) maybeEvictForMemory(ctx context.Context, s sample) {
+// maybeEvictForMemory stops the lowest-priority reclaimed workload when memory is short, or
+// when reclaimed work holds more than the lentWhenSampled the kernel was asked to hold it to,
+// one at a time with a cool-down. Online workloads are never candidates.
+func (a *Agent) maybeEvictForMemory(ctx context.Context, s sample, lentWhenSampled int64) {
 	reason, short := eviction.MemoryShort(s.memory.AvailableBytes, s.pressure.SomeAvg10, eviction.Thresholds{
 		AvailableBelowBytes: a.cfg.Memory.EvictAvailableBelowBytes,
 		PressureAbove:       a.cfg.Memory.EvictPressureAbove,
@@ -275,8 +279,8 @@ func (a *Agent) maybeEvictForMemory(ctx context.Context, s sample) {
 	cooling := time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown
 	stalled := a.memStall.observe(time.Now(), s.reclaimedUnderOOM, lent, a.cfg.Memory.StalledEvictAfter)
 	a.mu.Unlock()
-	if !short && s.reclaimedMemory > lent {
-		reason, short = fmt.Sprintf("reclaimed work holds %dMiB, more than the %dMiB lent", s.reclaimedMemory>>20, lent>>20), true
+	if !short && s.reclaimedMemory > lentWhenSampled {
+		reason, short = fmt.Sprintf("reclaimed work holds %dMiB, more than the %dMiB lent", s.reclaimedMemory>>20, lentWhenSampled>>20), true
 	}
 	if !short && stalled != "" {
 		reason, short = stalled, true

@@ -109,7 +109,16 @@ func saveCheckpoint(dir string, ws []plugins.Workload) error {
 	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, checkpointName))
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, checkpointName)); err != nil {
+		return err
+	}
+	// The rename is durable only once the folder is synced: an admitted workload's
+	// checkpoint must survive a power loss, not only a crash.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }
 
 // LoadCheckpoint reads the workloads saved in dir; a missing file is an empty state.
