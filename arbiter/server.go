@@ -421,6 +421,12 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) string {
 		// The view keeps the report: a copy, since the labeler's maps are shared.
 		report.Labels = maps.Clone(labels)
 	}
+	// Again at the decision: authenticating and reading the body can take longer than this
+	// replica had left of its leadership, and two replicas must never decide at once.
+	if !s.leading() {
+		s.writeNotLeader(w)
+		return resultNotLeader
+	}
 	_, lease := s.view.Accept(s.Policy(), now, report, s.opts.LeaseTTL)
 	writeRawJSON(w, http.StatusOK, lease)
 	return resultAccepted
