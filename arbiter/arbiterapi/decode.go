@@ -30,7 +30,7 @@ func DecodeReport(body io.Reader) (Report, error) {
 	var c checker
 	r := w.report(&c)
 	if len(c.errs) > 0 {
-		return Report{}, c.errs
+		return Report{}, c.result()
 	}
 	return r, nil
 }

@@ -102,10 +102,29 @@ const (
 )
 
 // checker collects field errors.
-type checker struct{ errs FieldErrors }
+type checker struct {
+	errs    FieldErrors
+	dropped int // errors past maxFieldErrors
+}
+
+// maxFieldErrors bounds what one report's answer lists: a report of a megabyte could hold a
+// quarter of a million bad entries.
+const maxFieldErrors = 100
 
 func (c *checker) addf(field, format string, args ...any) {
+	if len(c.errs) >= maxFieldErrors {
+		c.dropped++
+		return
+	}
 	c.errs = append(c.errs, FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// result is the errors found, with a last one saying how many were left out.
+func (c *checker) result() FieldErrors {
+	if c.dropped > 0 {
+		return append(c.errs, FieldError{Msg: fmt.Sprintf("and %d more errors", c.dropped)})
+	}
+	return c.errs
 }
 
 // amount checks 0 <= v <= hi.
@@ -149,7 +168,7 @@ func (r *Report) Validate(now time.Time, maxSkew time.Duration) error {
 	checkFigures(&c, "", r.Capacity, r.Online, r.Lendable)
 	if len(r.NUMA) > MaxNUMANodes {
 		c.addf("numa", "%d entries: want at most %d", len(r.NUMA), MaxNUMANodes)
-		return c.errs
+		return c.result()
 	}
 	nodeGPUs := make(map[string]bool, len(r.Lendable.GPUUUIDs))
 	for _, u := range r.Lendable.GPUUUIDs {
@@ -185,7 +204,7 @@ func (r *Report) Validate(now time.Time, maxSkew time.Duration) error {
 		sumAtMost(&c, "numa[*].lendable", lendSum, r.Lendable.Resources(), "lendable")
 	}
 	if len(c.errs) > 0 {
-		return c.errs
+		return c.result()
 	}
 	return nil
 }
