@@ -158,14 +158,15 @@ func (v *View) Snapshot() ([]SavedLease, uint64) {
 }
 
 // Restore replaces the view's content with saved leases (from a Snapshot). Leases that have
-// expired by now are kept but not counted; nodes silent for longer than timeout are left out.
+// expired by now are kept but not counted; nodes silent for longer than timeout are left out,
+// and so are leases no arbiter could have issued (see restorable).
 func (v *View) Restore(leases []SavedLease, now time.Time, timeout time.Duration) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nodes = make(map[string]*nodeEntry, len(leases))
 	v.lent = map[string]arbiterapi.Resources{}
 	for _, l := range leases {
-		if arbiterapi.CheckNodeName(l.Lease.Node) != "" || now.Sub(l.Received) > timeout {
+		if _, twice := v.nodes[l.Lease.Node]; twice || !restorable(l, now, timeout) {
 			continue
 		}
 		e := &nodeEntry{NodeState: NodeState{Report: arbiterapi.Report{Node: l.Lease.Node}, Received: l.Received, Lease: l.Lease, Restored: true}}
@@ -175,6 +176,23 @@ func (v *View) Restore(leases []SavedLease, now time.Time, timeout time.Duration
 		}
 	}
 	v.changes++
+}
+
+// restorable says whether a saved lease may be counted again. In Kubernetes mode leases come
+// back from Node annotations, which more than the arbiter can write: a lease with amounts out
+// of range, or lasting longer than any lease TTL the configuration allows (at most the node
+// timeout), would skew every other node's share until it expired.
+func restorable(l SavedLease, now time.Time, timeout time.Duration) bool {
+	if arbiterapi.CheckNodeName(l.Lease.Node) != "" || now.Sub(l.Received) > timeout || l.Lease.Expires.Sub(now) > timeout {
+		return false
+	}
+	for _, g := range l.Lease.Grants {
+		if g.MilliCPU < 0 || g.MilliCPU > arbiterapi.MaxMilliCPU || g.MemoryBytes < 0 || g.MemoryBytes > arbiterapi.MaxMemoryBytes ||
+			len(g.GPUs) > arbiterapi.MaxGPUs {
+			return false
+		}
+	}
+	return true
 }
 
 // NodeView is one node in GET /v1/nodes.

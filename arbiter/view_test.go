@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +149,30 @@ func TestStoreRoundTrip(t *testing.T) {
 	}
 	if got := restored.Summarize(later).Lent["queue-1"]; got != (arbiterapi.Resources{MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: 4}) {
 		t.Errorf("queue-1 lent %+v after restore", got)
+	}
+
+	// Leases no arbiter could have issued are not counted: in Kubernetes mode they come back
+	// from Node annotations, which a node's kubelet can write too.
+	gpu1 := slices.IndexFunc(leases, func(l SavedLease) bool { return l.Lease.Node == "gpu-1" })
+	forged := func(node string, f func(*arbiterapi.Lease)) SavedLease {
+		l := leases[gpu1]
+		l.Lease.Node = node
+		l.Lease.Grants = slices.Clone(l.Lease.Grants)
+		f(&l.Lease)
+		return l
+	}
+	restored.Restore([]SavedLease{
+		forged("huge", func(l *arbiterapi.Lease) { l.Grants[0].MilliCPU = 1 << 40 }),
+		forged("negative", func(l *arbiterapi.Lease) { l.Grants[0].MemoryBytes = -1 }),
+		forged("forever", func(l *arbiterapi.Lease) { l.Expires = now.Add(24 * 365 * time.Hour) }),
+		forged("gpu-1", func(*arbiterapi.Lease) {}),
+		forged("gpu-1", func(l *arbiterapi.Lease) { l.Grants[0].MilliCPU *= 2 }),
+	}, later, 10*time.Minute)
+	if restored.Len() != 1 {
+		t.Errorf("restored %d nodes from forged leases, want only gpu-1's first", restored.Len())
+	}
+	if got := restored.Summarize(later).Lent["queue-1"]; got != (arbiterapi.Resources{MilliCPU: 8000, MemoryBytes: 32 * gi, GPUs: 4}) {
+		t.Errorf("queue-1 lent %+v after restoring forged leases, want gpu-1's first lease alone", got)
 	}
 
 	// A damaged file is an error, not a silent fresh start.
