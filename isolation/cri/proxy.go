@@ -122,8 +122,9 @@ func (p *Proxy) Serve(ctx context.Context) error {
 // Stop ends Serve now (tests).
 func (p *Proxy) Stop() { p.server.Stop() }
 
-// interceptedDesc registers the three calls the proxy reads; grpc hands every other method of
-// the RuntimeService (and every other service) to the raw forwarder.
+// interceptedDesc registers the calls the proxy reads (three it decides on, two that end what
+// it remembers); grpc hands every other method of the RuntimeService (and every other
+// service) to the raw forwarder.
 var interceptedDesc = grpc.ServiceDesc{
 	ServiceName: "runtime.v1.RuntimeService",
 	HandlerType: (*any)(nil),
@@ -136,6 +137,12 @@ var interceptedDesc = grpc.ServiceDesc{
 		})},
 		{MethodName: "UpdateContainerResources", Handler: unary(func(p *Proxy, ctx context.Context, r *runtimeapi.UpdateContainerResourcesRequest) (any, error) {
 			return p.updateContainerResources(ctx, r)
+		})},
+		{MethodName: "RemoveContainer", Handler: unary(func(p *Proxy, ctx context.Context, r *runtimeapi.RemoveContainerRequest) (any, error) {
+			return p.removeContainer(ctx, r)
+		})},
+		{MethodName: "RemovePodSandbox", Handler: unary(func(p *Proxy, ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (any, error) {
+			return p.removePodSandbox(ctx, r)
 		})},
 	},
 }
@@ -238,6 +245,34 @@ func (p *Proxy) updateContainerResources(ctx context.Context, r *runtimeapi.Upda
 	}
 	p.observe("UpdateContainerResources", pod, err, changed, start)
 	return p.runtime.UpdateContainerResources(ctx, r)
+}
+
+// removeContainer forwards the removal and, once the runtime has removed it, forgets the
+// container: a node that runs pod after pod must not remember them all.
+func (p *Proxy) removeContainer(ctx context.Context, r *runtimeapi.RemoveContainerRequest) (any, error) {
+	resp, err := p.runtime.RemoveContainer(ctx, r)
+	if err == nil {
+		p.mu.Lock()
+		delete(p.containers, r.ContainerId)
+		p.mu.Unlock()
+	}
+	return resp, err
+}
+
+// removePodSandbox forwards the removal and forgets the pod and its containers once removed.
+func (p *Proxy) removePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (any, error) {
+	resp, err := p.runtime.RemovePodSandbox(ctx, r)
+	if err == nil {
+		p.mu.Lock()
+		delete(p.sandboxes, r.PodSandboxId)
+		for id, sandbox := range p.containers {
+			if sandbox == r.PodSandboxId {
+				delete(p.containers, id)
+			}
+		}
+		p.mu.Unlock()
+	}
+	return resp, err
 }
 
 // containerPod finds a container's pod: remembered from CreateContainer, else (a container

@@ -53,6 +53,14 @@ func (r *recordingRuntime) UpdateContainerResources(_ context.Context, req *runt
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }
 
+func (r *recordingRuntime) RemoveContainer(context.Context, *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
+func (r *recordingRuntime) RemovePodSandbox(context.Context, *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
 func (r *recordingRuntime) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
 	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{Id: req.ContainerId, Metadata: &runtimeapi.ContainerMetadata{Name: "main"}}}, nil
 }
@@ -184,6 +192,36 @@ func TestCreateAndUpdateCarryTheDecision(t *testing.T) {
 		t.Errorf("update reached the runtime as %+v", u)
 	}
 	if obs.results["CreateContainer adjusted"] != 1 || obs.results["UpdateContainerResources adjusted"] != 1 {
+		t.Errorf("observed %v", obs.results)
+	}
+}
+
+// Once the runtime removed a pod the proxy forgets it: an update for one of its containers
+// no longer finds it in memory, asks the runtime (which knows none) and goes through as sent.
+func TestRemovedPodsAreForgotten(t *testing.T) {
+	obs := &countingObserver{results: map[string]int{}}
+	proxy, _, rt := start(t, fakeDecider{d: reclaimed}, obs)
+	ctx := context.Background()
+	if _, err := proxy.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: createRequest().SandboxConfig}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.CreateContainer(ctx, createRequest()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: "ctr-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "sandbox-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: "ctr-1",
+		Linux: &runtimeapi.LinuxContainerResources{CpusetCpus: "0-1", CpuShares: 1024}}); err != nil {
+		t.Fatal(err)
+	}
+	if u := rt.updated[0].Linux; u.CpusetCpus != "0-1" || u.CpuShares != 1024 {
+		t.Errorf("an update for a removed pod's container was changed: %+v", u)
+	}
+	if obs.results["UpdateContainerResources adjusted"] != 0 {
 		t.Errorf("observed %v", obs.results)
 	}
 }
