@@ -65,9 +65,6 @@ type v1Backend struct {
 	layout *cgroupfs.Layout
 	groups map[string]cgroup1.Cgroup
 	subs   []cgroup1.Subsystem
-	cpu    interface {
-		Update(string, *specs.LinuxResources) error
-	}
 	memory interface {
 		Update(string, *specs.LinuxResources) error
 	}
@@ -93,9 +90,7 @@ func newV1Backend(layout *cgroupfs.Layout) *v1Backend {
 		root := filepath.Dir(mount)
 		switch name {
 		case "cpu":
-			c := cgroup1.NewCpu(root)
-			b.cpu = c
-			b.subs = append(b.subs, c)
+			b.subs = append(b.subs, cgroup1.NewCpu(root))
 		case "cpuacct":
 			b.subs = append(b.subs, cgroup1.NewCpuacct(root))
 		case "cpuset":
@@ -400,13 +395,14 @@ func (b *v1Backend) write(path string, k knob, value string) error {
 		// ancestor's cpuset on each call, while Writer.Apply already orders parents and
 		// children, and New copied the parent's values when the cgroup was made.
 		return writeFile(filepath.Join(b.layout.Dir("cpuset", path), v1CpusetFile(k)), value)
+	// Written directly too: the library's cpu Update is its Create, which makes the folder
+	// first, and would bring back a pod's cgroup the kubelet removed a moment before.
 	case knobShares:
-		n, _ := strconv.ParseUint(value, 10, 64)
-		return b.cpu.Update(path, &specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &n}})
+		return writeFile(filepath.Join(b.layout.Dir("cpu", path), "cpu.shares"), value)
 	case knobQuota:
-		q, _ := strconv.ParseInt(value, 10, 64)
-		p := uint64(translate.PeriodMicros)
-		return b.cpu.Update(path, &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: &q, Period: &p}})
+		dir := b.layout.Dir("cpu", path)
+		return errors.Join(writeFile(filepath.Join(dir, "cpu.cfs_period_us"), strconv.Itoa(translate.PeriodMicros)),
+			writeFile(filepath.Join(dir, "cpu.cfs_quota_us"), value))
 	case knobMemoryLimit:
 		n, _ := strconv.ParseInt(value, 10, 64)
 		return b.memory.Update(path, &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &n}})
