@@ -6,7 +6,10 @@ import "k8s.io/utils/cpuset"
 // always run on lent CPUs (reclaimed work there runs at the lowest priority), so lending never
 // takes a CPU away from online work, it only lets offline work fill it.
 type NUMAPools struct {
-	Node      int
+	Node int
+	// NoMemory: a memoryless node (some vNUMA VMs, POWER and ARM boxes). Its CPUs use the
+	// other nodes' memory, and cgroup v1 refuses it in cpuset.mems.
+	NoMemory  bool
 	System    cpuset.CPUSet
 	Dedicated cpuset.CPUSet
 	Shared    cpuset.CPUSet
@@ -49,10 +52,17 @@ func (p Pools) PoolMilliCPU() map[int]int64 {
 }
 
 // Mems are the memory nodes of all the pools: cpuset.mems names NUMA nodes by the same IDs.
+// Should no node say it has memory (a topology that could not tell), every node is one.
 func (p Pools) Mems() cpuset.CPUSet {
-	out := cpuset.New()
+	out, all := cpuset.New(), cpuset.New()
 	for _, n := range p {
-		out = out.Union(cpuset.New(n.Node))
+		all = all.Union(cpuset.New(n.Node))
+		if !n.NoMemory {
+			out = out.Union(cpuset.New(n.Node))
+		}
+	}
+	if out.IsEmpty() {
+		return all
 	}
 	return out
 }

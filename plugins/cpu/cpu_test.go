@@ -140,3 +140,25 @@ func TestReclaimedQuota(t *testing.T) {
 		}
 	}
 }
+
+// A memoryless NUMA node (some vNUMA VMs, POWER and ARM boxes) is left out of cpuset.mems,
+// which cgroup v1 refuses it in; a workload bound to its cores takes every node's memory.
+func TestMemorylessNodeIsNoMemoryNode(t *testing.T) {
+	topo := twoNodes()
+	topo.NUMANodes[1].MemoryBytes = 0
+	pools := ComputePools(topo, cpuset.New(), cpuset.New(3, 7), map[int]int64{0: 1000})
+	if got := pools.Mems(); !got.Equals(cpuset.New(0)) {
+		t.Errorf("mems %s, want 0 (node 1 has no memory)", got)
+	}
+	n := plugins.Node{CPUs: topo.AllCPUs(), Pools: pools}
+	var d plugins.Decision
+	Resource{}.Decide(plugins.Workload{Tier: qos.Dedicated, NUMABinding: true, DedicatedCPUs: cpuset.New(3, 7)}, n, &d)
+	if !d.Settings.Mems.Equals(cpuset.New(0)) {
+		t.Errorf("bound to a memoryless node's cores: mems %s, want the node with memory, 0", d.Settings.Mems)
+	}
+	// A topology that could not tell any node's memory keeps every node.
+	topo.NUMANodes[0].MemoryBytes = 0
+	if got := ComputePools(topo, cpuset.New(), cpuset.New(), nil).Mems(); !got.Equals(cpuset.New(0, 1)) {
+		t.Errorf("mems %s with no node's memory known, want 0-1", got)
+	}
+}

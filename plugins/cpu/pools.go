@@ -22,6 +22,7 @@ func ComputePools(topo *topology.Topology, reserved, dedicated cpuset.CPUSet, le
 		cpus := node.CPUs
 		np := plugins.NUMAPools{
 			Node:      node.ID,
+			NoMemory:  node.MemoryBytes == 0,
 			System:    cpus.Intersection(reserved),
 			Dedicated: cpus.Intersection(dedicated).Difference(reserved),
 		}

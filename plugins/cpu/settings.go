@@ -97,9 +97,12 @@ func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision
 		if w.NUMABinding {
 			s.Mems = cpuset.New()
 			for _, np := range n.Pools {
-				if !np.Dedicated.Intersection(w.DedicatedCPUs).IsEmpty() {
+				if !np.NoMemory && !np.Dedicated.Intersection(w.DedicatedCPUs).IsEmpty() {
 					s.Mems = s.Mems.Union(cpuset.New(np.Node))
 				}
+			}
+			if s.Mems.IsEmpty() { // cores on a memoryless node: its memory is everyone's
+				s.Mems = allMems
 			}
 		}
 	case qos.Shared:
