@@ -104,8 +104,10 @@ type Controller struct {
 	LastCut   string
 	LastCutAt time.Time
 
-	// What the node lent, and its cap, when a baseline measurement began.
+	// What the node lent, its cap, and the end of its hold after a cut, when a baseline
+	// measurement began: the measurement does not cancel the hold.
 	resumeMilliCPU, resumeCap int64
+	resumeHeldUntil           time.Time
 	// The last crossing of the node's own target and the hold it was given.
 	lastCrossing time.Time
 	lastHold     time.Duration
@@ -483,7 +485,7 @@ func (a *Advisor) Baseline(now time.Time, node int, until time.Time) *Change {
 	if !ok || c.State == StateBaseline {
 		return nil
 	}
-	c.resumeMilliCPU, c.resumeCap = cur, c.CapMilliCPU
+	c.resumeMilliCPU, c.resumeCap, c.resumeHeldUntil = cur, c.CapMilliCPU, c.HeldUntil
 	m := a.minCPU(node)
 	c.State, c.At, c.HeldUntil, c.CapMilliCPU = StateBaseline, now, until, m
 	if cur <= m {
@@ -518,6 +520,9 @@ func (a *Advisor) EndBaseline(now time.Time, node int) *Change {
 		return nil
 	}
 	c.State, c.At, c.HeldUntil, c.CapMilliCPU = "hold", now, time.Time{}, c.resumeCap
+	if now.Before(c.resumeHeldUntil) {
+		c.HeldUntil = c.resumeHeldUntil
+	}
 	cur := a.plan.ReclaimedMilliCPU[node]
 	next := cur
 	if a.primed {

@@ -401,6 +401,35 @@ func TestHoldBacksOffOverRepeatedCrossings(t *testing.T) {
 	}
 }
 
+// A baseline measurement that starts inside the hold after a cut does not cancel it: once
+// measured, lending still waits out the hold before it grows.
+func TestBaselineKeepsTheHoldAfterACut(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := primed(t0)
+	a.cfg.Control.FirstHold = 0 // every crossing holds for Hold
+	cross := []Indicator{{Name: "run-queue wait", Workload: "web", Value: 0.3, Target: 0.1}}
+	quiet := []Indicator{{Name: "run-queue wait", Workload: "web", Value: 0.01, Target: 0.1}}
+	now := t0.Add(12 * time.Second)
+	a.Interfere(now, 0, cross)
+	heldUntil := a.Controllers()[0].HeldUntil
+	if want := now.Add(a.cfg.Control.Hold); !heldUntil.Equal(want) {
+		t.Fatalf("held until %v after a cut, want %v", heldUntil, want)
+	}
+	a.Baseline(now.Add(time.Second), 0, now.Add(3*time.Second))
+	a.EndBaseline(now.Add(3*time.Second), 0)
+	if got := a.Controllers()[0].HeldUntil; !got.Equal(heldUntil) {
+		t.Errorf("after the measurement held until %v, want the cut's %v", got, heldUntil)
+	}
+	a.Interfere(now.Add(4*time.Second), 0, quiet)
+	if st := a.Controllers()[0].State; st != "hold" {
+		t.Errorf("inside the cut's hold, with slack: state %q, want hold", st)
+	}
+	a.Interfere(heldUntil.Add(time.Second), 0, quiet)
+	if st := a.Controllers()[0].State; st != "grow" {
+		t.Errorf("after the hold, with slack: state %q, want grow", st)
+	}
+}
+
 // Tiny moves are not changes: no action says "2.5GiB -> 2.5GiB".
 func TestNoChangeBelowTheDeadband(t *testing.T) {
 	for _, c := range []struct{ cur, target int64 }{{1000, 1020}, {1000, 980}, {1000, 1000}} {
