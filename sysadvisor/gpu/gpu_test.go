@@ -254,8 +254,11 @@ func TestProcessCgroup(t *testing.T) {
 	write("10", "0::/tidal/reclaimed/job-1\n")
 	write("20", "12:memory:/tidal/shared/web\n4:cpu,cpuacct:/tidal/shared/web\n1:name=systemd:/x\n")
 	write("30", "1:name=systemd:/x\n")
+	// A hybrid host: tidal's cgroups are v1, the v2 entry is systemd's unit.
+	write("50", "4:cpu,cpuacct:/tidal/reclaimed/job-2\n1:name=systemd:/system.slice/tidal.service\n0::/system.slice/tidal.service\n")
+	write("60", "0::/\n")
 
-	for pid, want := range map[int]string{10: "tidal/reclaimed/job-1", 20: "tidal/shared/web"} {
+	for pid, want := range map[int]string{10: "tidal/reclaimed/job-1", 20: "tidal/shared/web", 50: "tidal/reclaimed/job-2", 60: ""} {
 		got, err := ProcessCgroup(proc, pid)
 		if err != nil || got != want {
 			t.Errorf("pid %d: got %q, %v; want %q", pid, got, err, want)

@@ -55,7 +55,8 @@ func NUMANodeOf(sysfsRoot, busID string) (int, error) {
 
 // ProcessCgroup returns the cgroup path of pid from <procRoot>/<pid>/cgroup, without a
 // leading slash ("tidal/reclaimed/job-1"), so it compares with plugins.Workload.Cgroup.
-// It takes the cgroup v2 entry ("0::/path"); on cgroup v1 the cpu controller's.
+// It takes the cgroup v1 cpu controller's entry where there is one, else the cgroup v2 entry
+// ("0::/path"): on a hybrid host tidal's cgroups are v1, and the v2 entry is systemd's.
 // The agent must see the host's PID and cgroup namespaces for the paths to match.
 func ProcessCgroup(procRoot string, pid int) (string, error) {
 	p := filepath.Join(procRoot, strconv.Itoa(pid), "cgroup")
@@ -63,7 +64,8 @@ func ProcessCgroup(procRoot string, pid int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("cgroup of pid %d: %w", pid, err)
 	}
-	var v1CPU string
+	var v1CPU, v2 string
+	var hasV2 bool
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		// hierarchy-ID:controller-list:path
@@ -72,7 +74,8 @@ func ProcessCgroup(procRoot string, pid int) (string, error) {
 			continue
 		}
 		if fields[0] == "0" && fields[1] == "" {
-			return strings.Trim(fields[2], "/"), nil
+			v2, hasV2 = strings.Trim(fields[2], "/"), true
+			continue
 		}
 		for _, c := range strings.Split(fields[1], ",") {
 			if c == "cpu" {
@@ -80,8 +83,11 @@ func ProcessCgroup(procRoot string, pid int) (string, error) {
 			}
 		}
 	}
-	if v1CPU != "" {
+	switch {
+	case v1CPU != "":
 		return v1CPU, nil
+	case hasV2:
+		return v2, nil
 	}
 	return "", errors.New("cgroup of pid " + strconv.Itoa(pid) + ": " + p + " has no cgroup v2 or v1 cpu entry")
 }
