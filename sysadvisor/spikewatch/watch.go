@@ -289,7 +289,9 @@ type Watch struct {
 	crossings chan Crossing
 	done      chan struct{} // the reader ended
 
-	mu    sync.Mutex // guards files
+	// mu guards w (nil once stopped: a loop still winding down at shutdown may set limits
+	// after Stop, and must not touch freed memory) and files.
+	mu    sync.Mutex
 	files []*os.File // the counters the thread reads now
 }
 
@@ -357,6 +359,10 @@ func (w *Watch) SetCounters(c Counters) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.w == nil {
+		closeAll(files)
+		return
+	}
 	C.sw_set_counters(w.w, &fds[0], C.int(len(c.Plus)), C.int(len(c.Minus)))
 	closeAll(w.files) // the thread no longer reads them
 	w.files = files
@@ -368,23 +374,35 @@ func (w *Watch) SetLimits(l Limits) {
 	if l.Slow {
 		slow = 1
 	}
-	C.sw_set_limits(w.w, C.int64_t(l.WindowMilli), C.int64_t(l.BurstMilli), C.int(slow))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.w != nil {
+		C.sw_set_limits(w.w, C.int64_t(l.WindowMilli), C.int64_t(l.BurstMilli), C.int(slow))
+	}
 }
 
 // Stale says whether a counter failed since the counters were last set: a cgroup went, or
 // one was re-created. Set them again.
-func (w *Watch) Stale() bool { return C.sw_stale(w.w) != 0 }
+func (w *Watch) Stale() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w != nil && C.sw_stale(w.w) != 0
+}
 
-// Stop stops the thread and closes Crossings.
+// Stop stops the thread and closes Crossings. Calls after it do nothing.
 func (w *Watch) Stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.w == nil {
+		return
+	}
 	C.sw_stop(w.w)
+	w.w = nil
 	w.write.Close()
 	<-w.done
 	w.notify.Close()
-	w.mu.Lock()
 	closeAll(w.files)
 	w.files = nil
-	w.mu.Unlock()
 }
 
 // window is the thread's rate window without the thread (sw_add alone), so that a test can

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,6 +174,39 @@ func TestStopClosesCrossings(t *testing.T) {
 		}
 	case <-time.After(time.Second):
 		t.Error("Crossings still open after Stop")
+	}
+}
+
+// The agent's other loops may still set limits and counters while it shuts down: after Stop
+// every call does nothing (the native watch is freed), from any goroutine.
+func TestCallsAfterStopDoNothing(t *testing.T) {
+	plus := newCounter(t, "shared", v1)
+	w, err := Start(quick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w.SetLimits(Limits{WindowMilli: 500, BurstMilli: 900})
+			w.SetCounters(Counters{Plus: []string{plus.f.Name()}})
+			_ = w.Stale()
+		}
+	})
+	time.Sleep(20 * time.Millisecond)
+	w.Stop()
+	time.Sleep(20 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	w.Stop()
+	if w.Stale() {
+		t.Error("a stopped watch reads as stale")
 	}
 }
 
