@@ -279,8 +279,11 @@ func (a *Agent) maybeEvictForMemory(ctx context.Context, s sample, lentWhenSampl
 	cooling := time.Since(a.lastEvict) < a.cfg.Eviction.CoolDown
 	stalled := a.memStall.observe(time.Now(), s.reclaimedUnderOOM, lent, a.cfg.Memory.StalledEvictAfter)
 	a.mu.Unlock()
-	if !short && s.reclaimedMemory > lentWhenSampled {
-		reason, short = fmt.Sprintf("reclaimed work holds %dMiB, more than the %dMiB lent", s.reclaimedMemory>>20, lentWhenSampled>>20), true
+	// Over both the limit in force when sampled and the one decided now, by more than the
+	// kernel's counting slack: work waiting at its limit (memory.oomWait) reads a little over
+	// it, and a limit just grown or shrunk is not yet in force.
+	if held := max(lent, lentWhenSampled); !short && s.reclaimedMemory > held+memoryCountSlack(held) {
+		reason, short = fmt.Sprintf("reclaimed work holds %dMiB, more than the %dMiB lent", s.reclaimedMemory>>20, held>>20), true
 	}
 	if !short && stalled != "" {
 		reason, short = stalled, true
@@ -298,6 +301,10 @@ func (a *Agent) maybeEvictForMemory(ctx context.Context, s sample, lentWhenSampl
 		return
 	}
 }
+
+// memoryCountSlack is how far the kernel's memory figures may read over a limit that holds:
+// cgroup v1 charges in per-CPU batches, so usage at the limit reads a little above it.
+func memoryCountSlack(limit int64) int64 { return max(limit/100, 4<<20) }
 
 // evicting says whether an eviction is under way: they go one at a time.
 func evicting(snap state.Snapshot) bool {
