@@ -106,6 +106,10 @@ func TestQOSClassAndRequests(t *testing.T) {
 	if r := Request(withSidecar, corev1.ResourceCPU); r.MilliValue() != 2500 {
 		t.Errorf("a 500m sidecar beside a 2-CPU container: got %dm, want 2500m", r.MilliValue())
 	}
+	withSidecar.Spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}
+	if r := Request(withSidecar, corev1.ResourceCPU); r.MilliValue() != 2750 {
+		t.Errorf("the same with a RuntimeClass overhead of 250m: got %dm, want 2750m", r.MilliValue())
+	}
 	prio := int32(7)
 	m := pod(container(lent, lent))
 	m.Namespace, m.Name, m.Spec.Priority = "batch", "job-1", &prio
@@ -216,31 +220,35 @@ func (n *recordingNode) Put(s state.Spec) (state.Record, error) {
 	return state.Record{Workload: s.Workload}, nil
 }
 
-// A pod may point its SLO probe only at itself: the agent is root on the host's network.
+// A pod may point its SLO probe only at itself: the agent is root on the host's network. A
+// probe without a host gets the pod's IP, which is not known when the pod is written.
 func TestSLOProbeMustPointAtThePodItself(t *testing.T) {
 	cases := []struct {
 		name, probe string
 		ips         []string
-		keep        bool
+		want        string // the URL probed; "" for none
 		problem     bool
 	}{
-		{"own IP", "http://10.0.0.7:8080/healthz", []string{"10.0.0.7"}, true, false},
-		{"own IPv6", "http://[fd00::7]:8080/healthz", []string{"10.0.0.7", "fd00::7"}, true, false},
-		{"metadata service", "http://169.254.169.254/latest/meta-data", []string{"10.0.0.7"}, false, true},
-		{"loopback, pod network", "http://127.0.0.1:10248/healthz", []string{"10.0.0.7"}, false, true},
-		{"no IP yet", "http://10.0.0.7:8080/healthz", nil, false, false},
+		{"own IP", "http://10.0.0.7:8080/healthz", []string{"10.0.0.7"}, "http://10.0.0.7:8080/healthz", false},
+		{"own IPv6", "http://[fd00::7]:8080/healthz", []string{"10.0.0.7", "fd00::7"}, "http://[fd00::7]:8080/healthz", false},
+		{"own IPv6, spelled otherwise", "http://[FD00:0::7]:8080/healthz", []string{"10.0.0.7", "fd00::7"}, "http://[FD00:0::7]:8080/healthz", false},
+		{"no host", "http://:8080/healthz", []string{"10.0.0.7"}, "http://10.0.0.7:8080/healthz", false},
+		{"no host, IPv6 pod", "http://:8080/healthz", []string{"fd00::7"}, "http://[fd00::7]:8080/healthz", false},
+		{"metadata service", "http://169.254.169.254/latest/meta-data", []string{"10.0.0.7"}, "", true},
+		{"loopback, pod network", "http://127.0.0.1:10248/healthz", []string{"10.0.0.7"}, "", true},
+		{"no IP yet", "http://:8080/healthz", nil, "", false},
 	}
 	for _, c := range cases {
 		n := &recordingNode{}
 		meta := qos.Metadata{Name: "ns/web", Namespace: "ns", Annotations: map[string]string{
 			qos.AnnotationQoSLevel: string(qos.Shared), qos.AnnotationSLOProbe: c.probe, qos.AnnotationSLOLatency: "20ms"}}
 		_, problems := PutPod(n, "kubernetes", PodInfo{Meta: meta, UID: "u1", Cgroup: "kubepods/podu1", IPs: c.ips}, qos.Policy{})
-		if kept := n.last.SLO.Probe == c.probe; kept != c.keep {
-			t.Errorf("%s: SLO %+v, want the probe kept: %v", c.name, n.last.SLO, c.keep)
+		if n.last.SLO.Probe != c.want {
+			t.Errorf("%s: probes %q, want %q", c.name, n.last.SLO.Probe, c.want)
 		}
 		var told bool
 		for _, p := range problems {
-			told = told || strings.Contains(p.Error(), "none of its IPs")
+			told = told || strings.Contains(p.Error(), "probes only the pod itself")
 		}
 		if told != c.problem {
 			t.Errorf("%s: problems %v, want one about the probe's host: %v", c.name, problems, c.problem)

@@ -50,7 +50,7 @@ func allContainers(pod *corev1.Pod) []corev1.Container {
 // Request is what a pod asks of a resource as the scheduler counts it: the sum over its
 // containers and its sidecars (init containers that keep running, restartPolicy Always), or
 // what an init container needs beside the sidecars started before it, if larger (init
-// containers run one at a time).
+// containers run one at a time), plus the pod's overhead.
 func Request(pod *corev1.Pod, name corev1.ResourceName) resource.Quantity {
 	var sum, sidecars, init resource.Quantity
 	for _, c := range pod.Spec.Containers {
@@ -72,7 +72,10 @@ func Request(pod *corev1.Pod, name corev1.ResourceName) resource.Quantity {
 		}
 	}
 	if init.Cmp(sum) > 0 {
-		return init
+		sum = init
+	}
+	if q, ok := pod.Spec.Overhead[name]; ok { // a RuntimeClass's (a sandboxed runtime's)
+		sum.Add(q)
 	}
 	return sum
 }

@@ -3,8 +3,11 @@ package kube
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/utils/cpuset"
@@ -55,7 +58,9 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 		CPUBurstPercent: d.CPUBurstPercent,
 	}}
 	if spec.SLO.Probe != "" {
-		if err := probeOwnHost(spec.SLO.Probe, p.IPs); err != nil {
+		probe, err := ownProbe(spec.SLO.Probe, p.IPs)
+		spec.SLO.Probe = probe
+		if err != nil {
 			spec.SLO = qos.SLO{}
 			if p.IPs != nil { // before its IPs are known the pod's next update says
 				problems = append(problems, err)
@@ -95,14 +100,33 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 	return rec, problems
 }
 
-// probeOwnHost checks that an SLO probe's URL points at one of the pod's own IPs.
-func probeOwnHost(probe string, ips []string) error {
+// ownProbe is the URL to probe for a pod's SLO probe: one without a host
+// ("http://:8080/healthz", since a pod's IP is not known when it is written) gets the pod's
+// first IP; one with a host must name one of the pod's IPs.
+func ownProbe(probe string, ips []string) (string, error) {
 	u, err := url.Parse(probe)
-	if err == nil && slices.Contains(ips, u.Hostname()) {
-		return nil
+	if err == nil && len(ips) > 0 {
+		host := u.Hostname()
+		if host == "" {
+			u.Host = net.JoinHostPort(ips[0], u.Port()) // qos accepts no host without a port
+			return u.String(), nil
+		}
+		if slices.ContainsFunc(ips, func(ip string) bool { return sameHost(ip, host) }) {
+			return probe, nil
+		}
 	}
-	return &qos.Problem{Key: qos.AnnotationSLOProbe, Value: probe, Source: qos.SourceAnnotation, Kind: qos.ErrIgnored,
-		Reason: fmt.Sprintf("the agent probes only the pod itself, and this host is none of its IPs %v; no SLO probe", ips)}
+	return "", &qos.Problem{Key: qos.AnnotationSLOProbe, Value: probe, Source: qos.SourceAnnotation, Kind: qos.ErrIgnored,
+		Reason: fmt.Sprintf(`the agent probes only the pod itself: leave the host out ("http://:8080/healthz") or name one of its IPs %v; no SLO probe`, ips)}
+}
+
+// sameHost compares two hosts as addresses where both are (fd00::7 is fd00:0::7), else as text.
+func sameHost(x, y string) bool {
+	a, errA := netip.ParseAddr(x)
+	b, errB := netip.ParseAddr(y)
+	if errA == nil && errB == nil {
+		return a.Unmap() == b.Unmap()
+	}
+	return strings.EqualFold(x, y)
 }
 
 func dedicatedProblem(reason string) error {
