@@ -180,10 +180,13 @@ func (v *View) Restore(leases []SavedLease, now time.Time, timeout time.Duration
 
 // restorable says whether a saved lease may be counted again. In Kubernetes mode leases come
 // back from Node annotations, which more than the arbiter can write: a lease with amounts out
-// of range, or lasting longer than any lease TTL the configuration allows (at most the node
-// timeout), would skew every other node's share until it expired.
+// of range, lasting longer than any lease TTL the configuration allows (at most the node
+// timeout), or issued further ahead than that would skew every other node's share until it
+// expired. Its length is judged on its own clock (Expires - Issued): the replica that issued
+// it may run a little ahead of this one.
 func restorable(l SavedLease, now time.Time, timeout time.Duration) bool {
-	if arbiterapi.CheckNodeName(l.Lease.Node) != "" || now.Sub(l.Received) > timeout || l.Lease.Expires.Sub(now) > timeout {
+	if arbiterapi.CheckNodeName(l.Lease.Node) != "" || now.Sub(l.Received) > timeout ||
+		l.Lease.Expires.Sub(l.Lease.Issued) > timeout || l.Lease.Issued.Sub(now) > timeout {
 		return false
 	}
 	for _, g := range l.Lease.Grants {

@@ -2,6 +2,7 @@ package arbiterapi
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -149,13 +150,13 @@ func (r *Report) Validate(now time.Time, maxSkew time.Duration) error {
 	if len(r.Labels) > MaxLabels {
 		c.addf("labels", "%d labels: want at most %d", len(r.Labels), MaxLabels)
 	} else {
-		start := len(c.errs)
-		for k, v := range r.Labels {
-			if msg := CheckLabel(k, v); msg != "" {
+		// In name order, before the cap: the same report always gets the same answer.
+		keys := slices.Sorted(maps.Keys(r.Labels))
+		for _, k := range keys {
+			if msg := CheckLabel(k, r.Labels[k]); msg != "" {
 				c.addf("labels."+k, "%s", msg)
 			}
 		}
-		slices.SortFunc(c.errs[start:], func(a, b FieldError) int { return strings.Compare(a.Field, b.Field) })
 	}
 	switch {
 	case r.Time.IsZero():
