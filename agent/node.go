@@ -229,7 +229,8 @@ func (a *Agent) reconcile() error {
 	var generation uint64
 	// A pass the fast path preempts wrote only part of the tree; it goes again with the new
 	// plan at once, not at the next pass, so that a workload Add admits is confined when Add
-	// returns. The writer skips what is already written, so a retry costs little.
+	// returns (unless a spike preempts every attempt: its tier holds it meanwhile). The
+	// writer skips what is already written, so a retry costs little.
 	for attempt := 1; ; attempt++ {
 		a.mu.Lock()
 		now := time.Now()
