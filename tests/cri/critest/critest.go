@@ -12,6 +12,7 @@ package critest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -81,8 +82,38 @@ type Runtime struct {
 }
 
 // Signal sends the containerd daemon a signal: fault injection (SIGSTOP makes it hang
-// mid-call, SIGCONT lets it go on).
-func (r *Runtime) Signal(sig syscall.Signal) error { return r.cmd.Process.Signal(sig) }
+// mid-call, SIGCONT lets it go on). After SIGSTOP it returns once every thread of the daemon
+// is stopped: a call made at once could otherwise still be answered by a thread the stop had
+// not reached yet (seen once in make test).
+func (r *Runtime) Signal(sig syscall.Signal) error {
+	if err := r.cmd.Process.Signal(sig); err != nil || sig != syscall.SIGSTOP {
+		return err
+	}
+	pid := r.cmd.Process.Pid
+	for deadline := time.Now().Add(5 * time.Second); !allStopped(pid); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("containerd (pid %d) not stopped 5 s after SIGSTOP", pid)
+		}
+	}
+	return nil
+}
+
+// allStopped says whether every thread of pid is stopped: state T in /proc/PID/task/*/stat.
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		// "tid (comm) S ...": the state follows the last ')', as comm may hold one.
+		i := bytes.LastIndexByte(stat, ')')
+		if err != nil || i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
 
 // Restart kills the daemon with SIGKILL (fault injection: every connection to it, CRI and
 // NRI, is cut mid-call; its shims and containers keep running, as they do by design) and
