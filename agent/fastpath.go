@@ -157,20 +157,7 @@ func (a *Agent) writeReclaimedLimits() {
 	a.limitsWrite.Lock()
 	defer a.limitsWrite.Unlock()
 	snap := a.store.Snapshot()
-	a.mu.Lock()
-	now := time.Now()
-	plan := a.writtenPlanLocked(now, snap)
-	old := a.pools
-	a.pools = a.computePoolsLocked(now, snap, plan.ReclaimedMilliCPU)
-	a.spikeLimitsChangedLocked()
-	node := a.nodeLocked(plan)
-	a.mu.Unlock()
-	if !samePoolCPUs(old, node.Pools) {
-		select {
-		case a.poolsChanged <- struct{}{}:
-		default:
-		}
-	}
+	plan, node, _ := a.currentPlan(snap)
 	reclaimedTier := plugins.TierPath(a.cfg.Cgroup.Root, qos.Reclaimed)
 	// The tier's quota before anything else, from the tier settings alone (no decision per
 	// workload yet): one write holds all reclaimed work below it at once. Should a reclaimed

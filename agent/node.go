@@ -232,22 +232,9 @@ func (a *Agent) reconcile() error {
 	// returns (unless a spike preempts every attempt: its tier holds it meanwhile). The
 	// writer skips what is already written, so a retry costs little.
 	for attempt := 1; ; attempt++ {
-		a.mu.Lock()
-		now := time.Now()
-		plan := a.writtenPlanLocked(now, snap)
-		old := a.pools
-		a.pools = a.computePoolsLocked(now, snap, plan.ReclaimedMilliCPU)
-		a.spikeLimitsChangedLocked()
-		node := a.nodeLocked(plan)
-		generation = a.planGeneration
-		a.mu.Unlock()
-		if !samePoolCPUs(old, node.Pools) {
-			// Runtime hooks hold their own copy of containers' cpusets: tell them.
-			select {
-			case a.poolsChanged <- struct{}{}:
-			default:
-			}
-		}
+		var plan advisor.Plan
+		var node plugins.Node
+		plan, node, generation = a.currentPlan(snap)
 		err = a.writer.Apply(a.desired(snap, node, plan).Cgroups())
 		if !errors.Is(err, isolation.ErrPreempted) {
 			break
@@ -279,6 +266,28 @@ func (a *Agent) reconcile() error {
 	}
 	a.publish(snap)
 	return err
+}
+
+// currentPlan is the plan to write now, with the node and pools it makes (the pools are kept)
+// and the plan's generation. Runtime hooks hold their own copy of containers' cpusets: they
+// are told when the pools' CPUs change.
+func (a *Agent) currentPlan(snap state.Snapshot) (advisor.Plan, plugins.Node, uint64) {
+	a.mu.Lock()
+	now := time.Now()
+	plan := a.writtenPlanLocked(now, snap)
+	old := a.pools
+	a.pools = a.computePoolsLocked(now, snap, plan.ReclaimedMilliCPU)
+	a.spikeLimitsChangedLocked()
+	node := a.nodeLocked(plan)
+	generation := a.planGeneration
+	a.mu.Unlock()
+	if !samePoolCPUs(old, node.Pools) {
+		select {
+		case a.poolsChanged <- struct{}{}:
+		default:
+		}
+	}
+	return plan, node, generation
 }
 
 // maxPreemptedAttempts bounds how often one pass starts again after the fast path preempted it.
