@@ -59,12 +59,14 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 	}}
 	if spec.SLO.Probe != "" {
 		probe, err := ownProbe(spec.SLO.Probe, p.IPs)
-		spec.SLO.Probe = probe
-		if err != nil {
+		switch {
+		case err == nil:
+			spec.SLO.Probe = probe
+		case p.IPs == nil: // before its IPs are known: the pod's next update says
 			spec.SLO = qos.SLO{}
-			if p.IPs != nil { // before its IPs are known the pod's next update says
-				problems = append(problems, err)
-			}
+		default:
+			spec.SLO = qos.SLO{}
+			problems = append(problems, err)
 		}
 	}
 	if p.Pinned != nil {
