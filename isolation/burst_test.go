@@ -134,3 +134,50 @@ func TestBurstOfSomeoneElsesQuota(t *testing.T) {
 		}
 	}
 }
+
+// An in-place resize lowers a pod's CPU limit in its spec before the kubelet lowers its
+// quota, and the kernel refuses a quota below the burst: a burst sized on the quota alone
+// blocks the resize for good. Sized on the spec's limit where that is lower, it lets the
+// kubelet's write through.
+func TestBurstGivesWayToAResize(t *testing.T) {
+	l := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, l)
+	file := "cpu.cfs_burst_us"
+	if l.Version == cgroupfs.V2 {
+		file = "cpu.max.burst"
+	}
+	kubelet := newWriter(t, l)
+	pod := root + "/kubepods/podA"
+	quota := func(milli int64) error {
+		return kubelet.Apply([]plugins.Cgroup{{Path: root}, {Path: root + "/kubepods"}, {Path: pod, Settings: plugins.Settings{CPUQuota: milli}}})
+	}
+	if err := quota(1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Dir("cpu", pod), file)); err != nil {
+		isolationtest.Unavailable(t, "this kernel has no %s: %v", file, err)
+	}
+	tidal := newWriter(t, l)
+	burst := func(limitMilli int64, want string) {
+		t.Helper()
+		s := plugins.Settings{CPUBurstPercent: 50, CPUBurstLimit: limitMilli}
+		if err := tidal.Apply([]plugins.Cgroup{{Path: pod, Foreign: true, Settings: s}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, l, "cpu", pod, file); got != want {
+			t.Fatalf("burst sized on a limit of %dm: %s = %s, want %s", limitMilli, file, got, want)
+		}
+	}
+
+	burst(1000, "50000") // the spec's limit is the quota
+	if err := quota(200); err == nil {
+		t.Fatal("the kernel took a quota of 20000 under a burst of 50000: this test shows nothing on this kernel")
+	}
+	burst(200, "10000") // the spec now says 200m; the quota is still 1000m
+	if err := quota(200); err != nil {
+		t.Fatalf("the kubelet's quota after the resize: %v", err)
+	}
+	tidal.Forget()
+	burst(200, "10000")
+	burst(0, "10000") // no limit known: the quota the cgroup has, now 20000
+}

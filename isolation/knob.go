@@ -105,13 +105,23 @@ func wanted(s plugins.Settings) map[knob]string {
 	return w
 }
 
-// burstOfQuota is pct percent of a canonical quota ("50000", "50000/20000", "-1"), as the
-// burst file takes it; ok is false when there is no quota to burst above.
-func burstOfQuota(quota string, pct int32) (string, bool) {
-	q, _, _ := strings.Cut(quota, "/")
+// burstOfQuota is pct percent of a canonical quota ("50000", "50000/20000": µs per a period
+// other than PeriodMicros, "-1"), or of limitMilli millicores over the quota's period where
+// that is less, as the burst file takes it; ok is false when there is no quota to burst above.
+func burstOfQuota(quota string, pct int32, limitMilli int64) (string, bool) {
+	q, p, hasPeriod := strings.Cut(quota, "/")
 	n, err := strconv.ParseInt(q, 10, 64)
 	if err != nil || n <= 0 {
 		return "", false
+	}
+	period := int64(translate.PeriodMicros)
+	if hasPeriod {
+		if period, err = strconv.ParseInt(p, 10, 64); err != nil || period <= 0 {
+			return "", false
+		}
+	}
+	if limitMilli > 0 {
+		n = min(n, limitMilli*period/1000)
 	}
 	return strconv.FormatInt(n*int64(pct)/100, 10), true
 }

@@ -207,11 +207,11 @@ func (w *Writer) applyLocked(desired []plugins.Cgroup, preemptible bool) error {
 			continue
 		}
 		wants[i] = wanted(n.Settings)
-		if pct := translate.ToCgroup(n.Settings).BurstPercent; pct > 0 && !w.absent[knobBurst] {
-			// Sized on the quota the cgroup has (the kubelet's), as last read: a quota the
-			// owner changes is seen again at the next Forget.
+		if c := translate.ToCgroup(n.Settings); c.BurstPercent > 0 && !w.absent[knobBurst] {
+			// Sized on the quota the cgroup has (the kubelet's), as last read (a quota the
+			// owner changes is seen again at the next Forget), or on the owner's limit if lower.
 			if q, err := w.current(n.Path, knobQuota); err == nil {
-				if b, ok := burstOfQuota(q, pct); ok {
+				if b, ok := burstOfQuota(q, c.BurstPercent, c.BurstLimitMilli); ok {
 					wants[i][knobBurst] = b
 				}
 			}

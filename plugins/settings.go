@@ -62,6 +62,11 @@ type Settings struct {
 	// whose quota is someone else's (a pod's and its containers', set by the kubelet): the
 	// writer sizes it on the quota it reads. 0 leaves it to CPUBurst.
 	CPUBurstPercent int32
+	// CPUBurstLimit is the CPU limit, in millicores, the owner's spec gives such a cgroup (0:
+	// none known): the burst is sized on the lesser of it and the quota the cgroup has. An
+	// in-place resize changes the spec first and the quota after, and the kernel refuses a
+	// quota below the burst: sized on the spec, the burst never blocks the resize.
+	CPUBurstLimit int64
 
 	// Disk IO (issue 12; see plugins/io).
 	// IOLimits are per-device throttles (v1 blkio.throttle.*_device, v2 io.max), one entry per

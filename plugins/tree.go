@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"path"
+	"strings"
 
 	"github.com/tidalqos/tidal/qos"
 )
@@ -16,6 +17,8 @@ type Tree struct {
 	foreign map[string]bool
 	// children are the child cgroups of foreign workloads (a pod's containers), by path.
 	children map[string][]string
+	// containerLimits are foreign workloads' containers' CPU limits by container ID, by path.
+	containerLimits map[string]map[string]int64
 }
 
 // TierPath is the cgroup of a tier under root ("tidal/reclaimed").
@@ -29,7 +32,8 @@ func WorkloadPath(root string, tier qos.Tier, name string) string {
 // NewTree lays out the cgroups for root, its tiers and the workloads, all settings unset.
 // children lists the child cgroups of foreign workloads by cgroup path (nil: none known).
 func NewTree(root string, workloads []Workload, children map[string][]string) *Tree {
-	t := &Tree{index: map[string]int{}, root: root, foreign: map[string]bool{}, children: children}
+	t := &Tree{index: map[string]int{}, root: root, foreign: map[string]bool{}, children: children,
+		containerLimits: map[string]map[string]int64{}}
 	t.add(root)
 	for _, tier := range qos.AllTiers() {
 		t.add(TierPath(root, tier))
@@ -38,6 +42,7 @@ func NewTree(root string, workloads []Workload, children map[string][]string) *T
 		t.add(w.Cgroup)
 		if w.Owner.Foreign() {
 			t.foreign[w.Cgroup] = true
+			t.containerLimits[w.Cgroup] = w.ContainerCPULimits
 		}
 	}
 	return t
@@ -64,7 +69,7 @@ func (t *Tree) Workload(w Workload) *Settings { return &t.nodes[t.index[w.Cgroup
 
 // Cgroups returns the desired cgroups, parents first. A foreign workload's children follow
 // it with its cpuset (cgroup v1 needs each child narrowed too) and its CPU burst (each
-// container's quota throttles it first), nothing else.
+// container's quota throttles it first), sized on the container's own limit, nothing else.
 func (t *Tree) Cgroups() []Cgroup {
 	out := make([]Cgroup, 0, len(t.nodes))
 	for _, n := range t.nodes {
@@ -74,9 +79,24 @@ func (t *Tree) Cgroups() []Cgroup {
 		}
 		out[len(out)-1].Foreign = true
 		for _, c := range t.children[n.Path] {
-			out = append(out, Cgroup{Path: c, Foreign: true, Settings: Settings{CPUs: n.Settings.CPUs, Mems: n.Settings.Mems,
-				CPUBurst: n.Settings.CPUBurst, CPUBurstPercent: n.Settings.CPUBurstPercent}})
+			s := Settings{CPUs: n.Settings.CPUs, Mems: n.Settings.Mems, CPUBurst: n.Settings.CPUBurst, CPUBurstPercent: n.Settings.CPUBurstPercent}
+			if s.CPUBurstPercent > 0 {
+				s.CPUBurstLimit = containerLimit(c, t.containerLimits[n.Path])
+			}
+			out = append(out, Cgroup{Path: c, Foreign: true, Settings: s})
 		}
 	}
 	return out
+}
+
+// containerLimit is the CPU limit of the container whose cgroup is child, 0 when unknown: the
+// runtime names a container's cgroup after its ID ("<id>", "cri-containerd-<id>.scope").
+func containerLimit(child string, limits map[string]int64) int64 {
+	base := path.Base(child)
+	for id, milli := range limits {
+		if strings.Contains(base, id) {
+			return milli
+		}
+	}
+	return 0
 }

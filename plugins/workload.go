@@ -45,6 +45,12 @@ type Workload struct {
 	// CPUBurstPercent is the workload's own CPU burst as a percentage of its CPU limit
 	// (tidalqos.io/cpu-burst-percent): 0 takes its tier's, NoBurst none, 1..100 that much.
 	CPUBurstPercent int32
+	// CPULimit and ContainerCPULimits are a pod's CPU limits as its spec has them now, in
+	// millicores: the pod's (0: none known) and its containers' by container ID (nil: none
+	// known). A burst sized by percentage is sized on the lesser of these and the quota each
+	// cgroup has, so that the kubelet lowering a quota to a resized limit is not refused.
+	CPULimit           int64
+	ContainerCPULimits map[string]int64
 
 	// Usage, filled from the latest sample, for eviction ranking and status.
 	MemoryUsage int64

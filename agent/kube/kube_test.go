@@ -122,6 +122,51 @@ func TestQOSClassAndRequests(t *testing.T) {
 	}
 }
 
+// A pod's CPU limits as its spec gives them, from which the kubelet sizes the quotas: the
+// pod's is the sum of its containers' and sidecars' (an init container's if larger), none
+// when one container has no limit, the pod-level limit where the pod has one; each
+// container's is found by the ID its status gives it, once it has one.
+func TestCPULimits(t *testing.T) {
+	cpu := func(q string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)}
+	}
+	named := func(name string, lim corev1.ResourceList) corev1.Container {
+		c := container(nil, lim)
+		c.Name = name
+		return c
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	sidecar := named("proxy", cpu("200m"))
+	sidecar.RestartPolicy = &always
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{sidecar, named("setup", cpu("1"))},
+		Containers:     []corev1.Container{named("web", cpu("500m")), named("log", cpu("100m"))},
+		Overhead:       cpu("50m"),
+	}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "web", ContainerID: "containerd://aaa"}, {Name: "log"}}
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "proxy", ContainerID: "containerd://ppp"}}
+	podMilli, containers := CPULimits(pod)
+	if podMilli != 1200 {
+		t.Errorf("pod limit %dm, want 1200m (the 1-CPU init container beside the 200m sidecar; overhead left out)", podMilli)
+	}
+	if len(containers) != 2 || containers["aaa"] != 500 || containers["ppp"] != 200 {
+		t.Errorf("container limits %v, want aaa:500 ppp:200 (log has no ID yet)", containers)
+	}
+
+	pod.Spec.InitContainers = nil
+	if podMilli, _ := CPULimits(pod); podMilli != 600 {
+		t.Errorf("pod limit %dm, want 600m", podMilli)
+	}
+	pod.Spec.Containers[1].Resources.Limits = nil
+	if podMilli, containers := CPULimits(pod); podMilli != 0 || containers["aaa"] != 500 {
+		t.Errorf("a container without a limit: pod limit %dm (want none), containers %v", podMilli, containers)
+	}
+	pod.Spec.Resources = &corev1.ResourceRequirements{Limits: cpu("2")}
+	if podMilli, _ := CPULimits(pod); podMilli != 2000 {
+		t.Errorf("a pod-level limit of 2 CPUs: got %dm", podMilli)
+	}
+}
+
 func TestExclusiveCPUs(t *testing.T) {
 	dir := t.TempDir()
 	write := func(s string) string {

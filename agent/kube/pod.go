@@ -1,7 +1,9 @@
 package kube
 
 import (
+	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -52,14 +54,27 @@ func allContainers(pod *corev1.Pod) []corev1.Container {
 // what an init container needs beside the sidecars started before it, if larger (init
 // containers run one at a time), plus the pod's overhead.
 func Request(pod *corev1.Pod, name corev1.ResourceName) resource.Quantity {
+	sum := aggregate(pod, name, requestsOf)
+	if q, ok := pod.Spec.Overhead[name]; ok { // a RuntimeClass's (a sandboxed runtime's)
+		sum.Add(q)
+	}
+	return sum
+}
+
+func requestsOf(r corev1.ResourceRequirements) corev1.ResourceList { return r.Requests }
+func limitsOf(r corev1.ResourceRequirements) corev1.ResourceList   { return r.Limits }
+
+// aggregate is what a pod's containers take of a resource together, by the scheduler's and
+// the kubelet's rule (see Request), overhead left out; of picks requests or limits.
+func aggregate(pod *corev1.Pod, name corev1.ResourceName, of func(corev1.ResourceRequirements) corev1.ResourceList) resource.Quantity {
 	var sum, sidecars, init resource.Quantity
 	for _, c := range pod.Spec.Containers {
-		if q, ok := c.Resources.Requests[name]; ok {
+		if q, ok := of(c.Resources)[name]; ok {
 			sum.Add(q)
 		}
 	}
 	for _, c := range pod.Spec.InitContainers {
-		q := c.Resources.Requests[name]
+		q := of(c.Resources)[name]
 		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
 			sum.Add(q)
 			sidecars.Add(q)
@@ -74,10 +89,44 @@ func Request(pod *corev1.Pod, name corev1.ResourceName) resource.Quantity {
 	if init.Cmp(sum) > 0 {
 		sum = init
 	}
-	if q, ok := pod.Spec.Overhead[name]; ok { // a RuntimeClass's (a sandboxed runtime's)
-		sum.Add(q)
-	}
 	return sum
+}
+
+// CPULimits are the CPU limits, in millicores, that a pod's spec gives its cgroups, from which
+// the kubelet sizes their CFS quotas: the pod's (0 when one of its containers has none, and
+// so the pod's cgroup no quota), and each container's that has one, by container ID (from
+// the pod's status, once the container has one). They are the spec's: an in-place resize
+// changes them before the kubelet writes the new quotas, so a CPU burst sized on them never
+// stands in the way of a quota lowered to them (the kernel refuses a quota below the burst).
+// The pod's overhead is left out: a burst sized a little small is safe, a little large is not.
+func CPULimits(pod *corev1.Pod) (podMilli int64, containers map[string]int64) {
+	byName := map[string]int64{}
+	for _, c := range allContainers(pod) {
+		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok && !q.IsZero() {
+			byName[c.Name] = q.MilliValue()
+		}
+	}
+	for _, s := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+		_, id, _ := strings.Cut(s.ContainerID, "://") // "containerd://<id>"
+		if milli, ok := byName[s.Name]; ok && id != "" {
+			if containers == nil {
+				containers = map[string]int64{}
+			}
+			containers[id] = milli
+		}
+	}
+	if r := pod.Spec.Resources; r != nil { // pod-level resources: the pod's limit is its own
+		if q, ok := r.Limits[corev1.ResourceCPU]; ok && !q.IsZero() {
+			return q.MilliValue(), containers
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		if _, ok := byName[c.Name]; !ok {
+			return 0, containers
+		}
+	}
+	q := aggregate(pod, corev1.ResourceCPU, limitsOf)
+	return q.MilliValue(), containers
 }
 
 // QOSClass is the pod's Kubernetes QoS class, which decides its cgroup. The API server sets

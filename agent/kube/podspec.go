@@ -43,6 +43,11 @@ type PodInfo struct {
 	// loopback included for a pod on the host's network: an SLO probe must point at one of
 	// them, or a pod could make the agent, root on the host's network, send requests anywhere.
 	IPs []string
+	// CPULimit and ContainerCPULimits are the CPU limits of the pod's spec, in millicores,
+	// the pod's (0: none) and its containers' by container ID (see CPULimits): a CPU burst is
+	// sized on them as well as on the quotas the kubelet set.
+	CPULimit           int64
+	ContainerCPULimits map[string]int64
 }
 
 // PutPod makes (or updates) the workload of a pod: classified by the same qos function as
@@ -55,7 +60,7 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 	spec := state.Spec{Source: sourceName, Origin: string(d.Source), Terminating: p.Terminating, Workload: plugins.Workload{
 		Name: p.Meta.Name, UID: p.UID, Tier: d.Tier, Cgroup: p.Cgroup, Owner: plugins.OwnerKubelet,
 		NUMABinding: d.NUMABinding, ReclaimPriority: d.ReclaimPriority, SLO: d.SLO, Started: p.Created,
-		CPUBurstPercent: d.CPUBurstPercent,
+		CPUBurstPercent: d.CPUBurstPercent, CPULimit: p.CPULimit, ContainerCPULimits: p.ContainerCPULimits,
 	}}
 	if spec.SLO.Probe != "" {
 		probe, err := ownProbe(spec.SLO.Probe, p.IPs)

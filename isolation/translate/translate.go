@@ -46,6 +46,9 @@ type Cgroup struct {
 	// BurstPercent sizes the burst on the quota the cgroup has (someone else's): the writer
 	// reads it. 0: Burst says.
 	BurstPercent int32
+	// BurstLimitMilli, when positive, is a limit in millicores (the owner's spec) the
+	// BurstPercent burst is sized on instead where it is below the quota the cgroup has.
+	BurstLimitMilli int64
 
 	// Memory QoS, bytes or -1 (v2 "max", v1 unlimited); see plugins.Settings.
 	MemoryHigh, MemoryLow, MemoryMin int64
@@ -80,7 +83,7 @@ func ToCgroup(s plugins.Settings) Cgroup {
 	c.IOWeight = IOWeight(s.IOWeight)
 	c.Burst = BurstMicros(s.CPUBurst)
 	if s.CPUBurstPercent > 0 {
-		c.Burst, c.BurstPercent = 0, min(s.CPUBurstPercent, 100)
+		c.Burst, c.BurstPercent, c.BurstLimitMilli = 0, min(s.CPUBurstPercent, 100), max(s.CPUBurstLimit, 0)
 	}
 	return c
 }

@@ -41,6 +41,18 @@ func TestBurst(t *testing.T) {
 			t.Errorf("%s: burst %dm / %d%%, want %dm / %d%%", c.name, d.Settings.CPUBurst, d.Settings.CPUBurstPercent, c.burst, c.pct)
 		}
 	}
+	// A pod's burst carries its spec's limit, on which the writer sizes it where it is lower
+	// than the kubelet's quota (an in-place resize under way); a workload of tidal's has none.
+	var d plugins.Decision
+	r.Decide(plugins.Workload{Tier: qos.Shared, Owner: pod, CPULimit: 300}, n, &d)
+	if d.Settings.CPUBurstPercent != 50 || d.Settings.CPUBurstLimit != 300 {
+		t.Errorf("a resized pod: burst %d%% of at most %dm, want 50%% of at most 300m", d.Settings.CPUBurstPercent, d.Settings.CPUBurstLimit)
+	}
+	d = plugins.Decision{}
+	r.Decide(plugins.Workload{Tier: qos.Shared, Owner: pod, CPULimit: 300, CPUBurstPercent: plugins.NoBurst}, n, &d)
+	if d.Settings.CPUBurstLimit != 0 {
+		t.Errorf("a pod without a burst carries a burst limit of %dm", d.Settings.CPUBurstLimit)
+	}
 	tree := plugins.NewTree("tidal", nil, nil)
 	r.Fill(tree, n)
 	if b := tree.Tier(qos.Reclaimed).CPUBurst; b != plugins.BurstOff {

@@ -117,6 +117,9 @@ func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision
 		s.CPUQuota = reclaimedQuota(w, n)
 	}
 	s.CPUBurst, s.CPUBurstPercent = r.burst(w, s.CPUQuota)
+	if s.CPUBurstPercent > 0 {
+		s.CPUBurstLimit = w.CPULimit
+	}
 	if w.Owner.Foreign() && w.Tier != qos.Reclaimed {
 		s.CPUQuota = 0 // an online pod's CPU limit is the kubelet's
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/cpuset"
 
+	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
@@ -158,6 +159,45 @@ func TestAgentsManageOnlyTheirOwnPods(t *testing.T) {
 			}
 			if w, _ := a.workload("default/web"); w.CPUBurstPercent != 30 {
 				return fmt.Errorf("status: web bursts %d%%, want 30%%", w.CPUBurstPercent)
+			}
+			return nil
+		})
+
+		// An in-place resize lowers web's limit to 20m. The kubelet then lowers its
+		// quotas to 2000 µs, which the kernel refuses while the burst (3000 µs) is above
+		// them; it retries until they land. The agent sizes the burst on the spec's new
+		// limit (600 µs), so they do.
+		// The API server admits a resize only onto a node with the CPU for it, as the
+		// kubelet reports it.
+		eventually(t, 10*time.Second, "node-a's allocatable CPU", func() error {
+			node := c.node(t, "node-a")
+			for _, l := range []*corev1.ResourceList{&node.Status.Capacity, &node.Status.Allocatable} {
+				if *l == nil {
+					*l = corev1.ResourceList{}
+				}
+				(*l)[corev1.ResourceCPU] = resource.MustParse("2")
+			}
+			_, err := c.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+			return err
+		})
+		pod, err := c.admin.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m")},
+			Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m")}}
+		if _, err := c.admin.CoreV1().Pods("default").UpdateResize(ctx, "web", pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("resize web: %v", err)
+		}
+		eventually(t, 40*time.Second, "the kubelet's quotas for web's resize", func() error {
+			return a.writer.Apply([]plugins.Cgroup{{Path: web.cgroup, Settings: plugins.Settings{CPUQuota: 20}},
+				{Path: web.container, Settings: plugins.Settings{CPUQuota: 20}}})
+		})
+		eventually(t, 40*time.Second, "web's CPU burst after the resize", func() error {
+			for _, cg := range []string{web.cgroup, web.container} {
+				if q, b := quotaMilli(t, a, cg), a.file("cpu", cg, burstFile); q != 20 || b != "600" {
+					return fmt.Errorf("%s: quota %dm, %s = %s; want 20m and 600", cg, q, burstFile, b)
+				}
 			}
 			return nil
 		})

@@ -283,14 +283,19 @@ func (n *kubeNode) runPodQuota(pod *corev1.Pod, quota int64, args ...string) *ru
 		n.t.Fatal(err)
 	}
 	// Running and ready, as the kubelet reports it (the Eviction API deletes a pending pod
-	// without asking its PodDisruptionBudget).
+	// without asking its PodDisruptionBudget), its first container under an ID its cgroup
+	// is named after, as a runtime names it.
+	containerID := "c0ffee" + strings.ReplaceAll(string(created.UID), "-", "")[:8]
 	created.Status.Phase = corev1.PodRunning
 	created.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	created.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: created.Spec.Containers[0].Name, Image: created.Spec.Containers[0].Image,
+		ContainerID: "containerd://" + containerID, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
+		Resources: created.Spec.Containers[0].Resources.DeepCopy()}} // a kubelet that can resize says what it gave
 	if created, err = n.c.admin.CoreV1().Pods(pod.Namespace).UpdateStatus(context.Background(), created, metav1.UpdateOptions{}); err != nil {
 		n.t.Fatal(err)
 	}
 	p := &runningPod{pod: created, cgroup: n.podCgroup(created)}
-	p.container = p.cgroup + "/c0ffee" + strings.ReplaceAll(string(created.UID), "-", "")[:8]
+	p.container = p.cgroup + "/" + containerID
 	// The agent may shrink the pod cgroup's cpuset between the container cgroup's mkdir and
 	// the copy of its parent's cpus into it (v1 then refuses the copy with EACCES); the
 	// kubelet retries such a failure the same way.

@@ -221,6 +221,7 @@ func (s *Source) apply(pod *corev1.Pod) {
 		Pinned:            pinned,
 		IPs:               podIPs(pod),
 	}
+	info.CPULimit, info.ContainerCPULimits = kube.CPULimits(pod)
 	old, had := s.opts.Node.Get(podName(pod))
 	if had && old.UID != string(pod.UID) && old.UID != "" {
 		s.opts.Node.Remove(old.Name, "replaced by a new pod of the same name")
