@@ -55,8 +55,8 @@ lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) vet ./...
 
-# The colocation benchmark on this host, as root (about 80 minutes): two online servers (nginx,
-# installed by scripts/bench-tools.sh, and the Go one) through eleven scenarios interleaved over
+# The colocation benchmark on this host, as root (about two hours): three online servers (nginx
+# and Apache httpd, installed by scripts/bench-tools.sh, and the Go one) through eleven scenarios interleaved over
 # three rounds, then the agent's overhead with 200 workloads. Writes results.md,
 # results.json and a plot per scenario into bench-results/ (docs/benchmark.md).
 bench:

@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# bench-tools.sh: the real third-party online server the colocation benchmark drives beside its
-# own Go server (tests/colocation -servers nginx): nginx from Debian's nginx-light package. The
-# package's service is never used: the benchmark starts nginx with its own config per run.
-# Idempotent: does nothing when nginx is on PATH.
+# bench-tools.sh: the real third-party online servers the colocation benchmark drives beside its
+# own Go server (tests/colocation -servers nginx,apache): nginx from Debian's nginx-light package
+# and Apache httpd from its apache2 package. The packages' services are never used: the
+# benchmark starts each server with its own config per run. Idempotent: does nothing when both
+# are on PATH.
 set -euo pipefail
-if command -v nginx >/dev/null 2>&1; then
-	echo "bench-tools: $(nginx -v 2>&1) already installed"
+missing=()
+command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
+command -v apache2 >/dev/null 2>&1 || [[ -x /usr/sbin/apache2 ]] || missing+=(apache2)
+if [[ ${#missing[@]} == 0 ]]; then
+	echo "bench-tools: $(nginx -v 2>&1), $(/usr/sbin/apache2 -v | head -1) already installed"
 	exit 0
 fi
 if [[ $(id -u) != 0 ]]; then
-	echo "bench-tools: nginx missing and not root: run as root to apt-get install nginx-light" >&2
+	echo "bench-tools: ${missing[*]} missing and not root: run as root to apt-get install them" >&2
 	exit 1
 fi
-echo "bench-tools: installing nginx-light from Debian"
+echo "bench-tools: installing ${missing[*]} from Debian"
 export DEBIAN_FRONTEND=noninteractive
-apt-get install -y --no-install-recommends nginx-light >/dev/null ||
-	{ apt-get update >/dev/null && apt-get install -y --no-install-recommends nginx-light >/dev/null; }
-# Debian's postinst may start the packaged service where an init system runs: stop it, so it
-# holds no port and no CPU during the benchmark.
-if command -v service >/dev/null 2>&1; then service nginx stop >/dev/null 2>&1 || true; fi
-echo "bench-tools: installed $(nginx -v 2>&1)"
+apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null ||
+	{ apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
+# Debian's postinst may start the packaged services where an init system runs: stop them, so
+# they hold no port and no CPU during the benchmark.
+if command -v service >/dev/null 2>&1; then
+	service nginx stop >/dev/null 2>&1 || true
+	service apache2 stop >/dev/null 2>&1 || true
+fi
+echo "bench-tools: installed $(nginx -v 2>&1), $(/usr/sbin/apache2 -v | head -1)"

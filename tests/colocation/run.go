@@ -318,7 +318,7 @@ func (r *scenarioRun) startOffline() (burner, antagonist *proc, err error) {
 // cgroup in every scenario (never through the agent: it is the measuring instrument).
 func (r *scenarioRun) startLoadgen(addr string) (*proc, error) {
 	return r.startWorkload("loadgen", "", r.sub("loadgen"),
-		"loadgen", "--url", "http://"+addr+r.server.path, "--gzip="+strconv.FormatBool(r.server.gzip), "--phases", phaseSpec(dayPhases(r.b.opts)))
+		"loadgen", "--url", "http://"+addr+r.server.path, "--gzip="+strconv.FormatBool(r.server.gzip), "--phases", phaseSpec(r.server.phases(r.b.opts)))
 }
 
 // cleanup stops whatever still runs (the agent last), the samplers, and removes the run's

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/tidalqos/tidal/internal/workload"
 )
 
 // onlineServer is an online service the benchmark drives: tidal's own Go server, or a real
@@ -17,6 +19,9 @@ type onlineServer struct {
 	// path is what the load generator GETs; gzip asks for compressed responses.
 	path string
 	gzip bool
+	// loadScale scales the day's request rates for this server (0: 1), so that each server
+	// alone keeps up with the spike, near the same share of the node.
+	loadScale float64
 	// command returns the server's command line listening on addr, with what it needs
 	// written under dir.
 	command func(b *bench, dir, addr string) ([]string, error)
@@ -29,6 +34,22 @@ var servers = []onlineServer{
 		}},
 	{Name: "nginx", About: "nginx from Debian's packages (4 workers) serving a 64 KiB text page, gzip-compressed (level 6) for every request",
 		path: "/page.txt", gzip: true, command: nginxCommand},
+	// At the full day's rates Apache alone used about 30% more CPU than nginx and saturated
+	// the node at the spike (its p99 there 16-75 ms against nginx's 6-8; 2026-12-04).
+	{Name: "apache", About: "Apache httpd from Debian's packages (mpm_event with Debian's thread pool: 25 threads a process) serving the same page, gzip-compressed (mod_deflate, level 6), at 3/4 of the day's request rates (it needs about 30% more CPU a request than nginx)",
+		path: "/page.txt", gzip: true, loadScale: 0.75, command: apacheCommand},
+}
+
+// phases are the day's phases at this server's request rates.
+func (s onlineServer) phases(o options) []workload.Phase {
+	ps := dayPhases(o)
+	if s.loadScale > 0 {
+		for i := range ps {
+			ps[i].RPS *= s.loadScale
+			ps[i].EndRPS *= s.loadScale
+		}
+	}
+	return ps
 }
 
 func serverByName(name string) (onlineServer, bool) {
@@ -55,17 +76,14 @@ func nginxCommand(_ *bench, dir, addr string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the nginx server needs nginx (scripts/bench-tools.sh installs it): %w", err)
 	}
-	www := filepath.Join(dir, "www")
-	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(www, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(www, "page.txt"), page(64<<10), 0o644); err != nil {
+	www, err := writePages(dir)
+	if err != nil {
 		return nil, err
 	}
 	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, err
+	}
 	// Workers as root: the run's folder is the benchmark's own, private to root. reuseport:
 	// each worker listens on its own socket and the kernel spreads connections over them.
 	// Without it, which worker accepts the load generator's persistent connections was luck
@@ -96,6 +114,78 @@ http {
 		return nil, err
 	}
 	return []string{bin, "-p", dir, "-c", path}, nil
+}
+
+// apacheCommand writes an Apache httpd config into dir: in the foreground, Debian's mpm_event
+// sizing (its mods-available/mpm_event.conf), mod_deflate at level 6 on the page, keep-alive
+// for the load generator's persistent connections, /healthz a file.
+func apacheCommand(b *bench, dir, addr string) ([]string, error) {
+	bin, err := exec.LookPath("apache2")
+	if err != nil {
+		return nil, fmt.Errorf("the apache server needs apache2 (scripts/bench-tools.sh installs it): %w", err)
+	}
+	www, err := writePages(dir)
+	if err != nil {
+		return nil, err
+	}
+	// httpd refuses to serve as root: its threads run as www-data, which must reach the
+	// page through the benchmark's folders (search only; nothing there is listable).
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, err
+		}
+		if d == b.tmp || d == filepath.Dir(d) {
+			break
+		}
+	}
+	conf := fmt.Sprintf(`ServerRoot %[1]s
+PidFile %[1]s/httpd.pid
+ErrorLog %[1]s/error.log
+LoadModule mpm_event_module /usr/lib/apache2/modules/mod_mpm_event.so
+LoadModule authz_core_module /usr/lib/apache2/modules/mod_authz_core.so
+LoadModule mime_module /usr/lib/apache2/modules/mod_mime.so
+LoadModule filter_module /usr/lib/apache2/modules/mod_filter.so
+LoadModule deflate_module /usr/lib/apache2/modules/mod_deflate.so
+User www-data
+Group www-data
+ServerName localhost
+Listen %[2]s
+DocumentRoot %[3]s
+<Directory %[3]s>
+  Require all granted
+</Directory>
+TypesConfig /etc/mime.types
+AddOutputFilterByType DEFLATE text/plain
+DeflateCompressionLevel 6
+KeepAlive On
+MaxKeepAliveRequests 0
+KeepAliveTimeout 300
+StartServers 2
+MinSpareThreads 25
+MaxSpareThreads 75
+ThreadLimit 64
+ThreadsPerChild 25
+MaxRequestWorkers 150
+MaxConnectionsPerChild 0
+`, dir, addr, www)
+	path := filepath.Join(dir, "httpd.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	return []string{bin, "-f", path, "-DFOREGROUND"}, nil
+}
+
+// writePages writes what the third-party servers serve into dir/www: the 64 KiB page and
+// /healthz.
+func writePages(dir string) (string, error) {
+	www := filepath.Join(dir, "www")
+	if err := os.MkdirAll(www, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(www, "page.txt"), page(64<<10), 0o644); err != nil {
+		return "", err
+	}
+	return www, os.WriteFile(filepath.Join(www, "healthz"), []byte("ok\n"), 0o644)
 }
 
 // page is n bytes of words, as compressible as ordinary text (about 2.4:1 with gzip -6), the
