@@ -313,3 +313,13 @@ func TestContentionProbe(t *testing.T) {
 		t.Error("no quota read as one")
 	}
 }
+
+// sysfs cache sizes, as the antagonist's default size is taken from them.
+func TestCacheBytes(t *testing.T) {
+	for in, want := range map[string]int64{"266240K": 266240 << 10, "32M": 32 << 20, "512": 512, "": 0, "12X": 0, "0K": 0} {
+		got, ok := cacheBytes(in)
+		if got != want || ok != (want > 0) {
+			t.Errorf("cacheBytes(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+}

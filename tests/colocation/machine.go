@@ -2,9 +2,12 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -17,9 +20,11 @@ type machine struct {
 	CPUs      int     `json:"cpus"`
 	MemoryGiB float64 `json:"memoryGiB"`
 	Kernel    string  `json:"kernel"`
-	Cgroup    string  `json:"cgroup"`
-	Go        string  `json:"go"`
-	Commit    string  `json:"commit"`
+	// LastLevelCache is the largest cache CPU 0 reports ("L3 260 MiB").
+	LastLevelCache string `json:"lastLevelCache"`
+	Cgroup         string `json:"cgroup"`
+	Go             string `json:"go"`
+	Commit         string `json:"commit"`
 }
 
 func describeMachine(b *bench) machine {
@@ -29,6 +34,9 @@ func describeMachine(b *bench) machine {
 	}
 	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(data))
+	}
+	if size, level := lastLevelCache(); size > 0 {
+		m.LastLevelCache = fmt.Sprintf("L%d %d MiB", level, size>>20)
 	}
 	m.Cgroup = b.layout.Version.String()
 	if b.layout.Version == cgroupfs.V1 {
@@ -61,4 +69,44 @@ func gitCommit() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// lastLevelCache is the size in bytes and level of the largest cache CPU 0 reports (0 when
+// sysfs says nothing).
+func lastLevelCache() (bytes int64, level int) {
+	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*")
+	for _, d := range dirs {
+		l, err1 := os.ReadFile(filepath.Join(d, "level"))
+		s, err2 := os.ReadFile(filepath.Join(d, "size"))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(l)))
+		size, ok := cacheBytes(strings.TrimSpace(string(s)))
+		if err == nil && ok && n >= level {
+			bytes, level = size, n
+		}
+	}
+	return bytes, level
+}
+
+// cacheBytes parses a sysfs cache size ("266240K", "32M").
+func cacheBytes(s string) (int64, bool) {
+	unit := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		unit, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		unit, s = 1<<20, strings.TrimSuffix(s, "M")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n * unit, err == nil && n > 0
+}
+
+// defaultAntagonistSize is twice the last-level cache, so that the antagonist's sweep
+// misses it and loads memory bandwidth as well as the caches, and never under 64 MiB: a
+// machine of this kind has reported 32 MiB of L3 one day and 260 MiB the next.
+func defaultAntagonistSize() string {
+	llc, _ := lastLevelCache()
+	return strconv.FormatInt(max(2*llc>>20, 64), 10) + "Mi"
 }

@@ -100,7 +100,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.work, "work", 1500*time.Microsecond, "online CPU work per request")
 	fs.IntVar(&o.burnerThreads, "burner-threads", 2, "threads of the offline CPU burner")
 	fs.IntVar(&o.antagonistThreads, "antagonist-threads", 1, "threads of the offline cache antagonist")
-	fs.StringVar(&o.antagonistSize, "antagonist-size", "64Mi", "buffer the cache antagonist sweeps")
+	fs.StringVar(&o.antagonistSize, "antagonist-size", defaultAntagonistSize(), "buffer the cache antagonist sweeps (default: twice the last-level cache, at least 64Mi)")
 	fs.DurationVar(&o.slo, "slo", 0, "SLO on the 1-second online p99 (0: -slo-factor times the round's online-alone p99)")
 	fs.Float64Var(&o.sloFactor, "slo-factor", 2, "SLO as a multiple of the same round's online-alone p99")
 	scen := fs.String("scenarios", strings.Join(scenarioNames(runByDefault), ","), "scenarios to run, in this order each round (also the diagnostics "+

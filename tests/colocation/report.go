@@ -311,7 +311,11 @@ func writeOverhead(w io.Writer, o *overheadResult) {
 func writeMachine(w io.Writer, res results) {
 	m, o := res.Machine, res.Options
 	fmt.Fprintf(w, "## Machine and command\n\n")
-	fmt.Fprintf(w, "- Machine: %s, %d CPUs, %.1f GiB memory, Linux %s, cgroup %s\n", m.CPUModel, m.CPUs, m.MemoryGiB, m.Kernel, m.Cgroup)
+	llc := ""
+	if m.LastLevelCache != "" {
+		llc = " (" + m.LastLevelCache + ")"
+	}
+	fmt.Fprintf(w, "- Machine: %s%s, %d CPUs, %.1f GiB memory, Linux %s, cgroup %s\n", m.CPUModel, llc, m.CPUs, m.MemoryGiB, m.Kernel, m.Cgroup)
 	fmt.Fprintf(w, "- Date: %s to %s; source %s, %s\n", res.Started.Format("2006-01-02 15:04 MST"), res.Finished.Format("15:04 MST"), m.Commit, m.Go)
 	fmt.Fprintf(w, "- Command (as root): `%s`\n", o.Command)
 	if len(res.Scenarios) > 0 {
