@@ -20,10 +20,7 @@ import (
 func TestBurstRealCgroup(t *testing.T) {
 	l := isolationtest.Layout(t)
 	root := isolationtest.RootName(t, l)
-	file := "cpu.cfs_burst_us"
-	if l.Version == cgroupfs.V2 {
-		file = "cpu.max.burst"
-	}
+	file := burstFile(l)
 	if err := os.MkdirAll(l.Dir("cpu", root), 0o755); err == nil {
 		if _, err := os.Stat(filepath.Join(l.Dir("cpu", root), file)); err != nil {
 			isolationtest.Unavailable(t, "this kernel has no %s: %v", file, err)
@@ -106,10 +103,7 @@ func TestBurstV2FileAndMissingFile(t *testing.T) {
 func TestBurstOfSomeoneElsesQuota(t *testing.T) {
 	l := isolationtest.Layout(t)
 	root := isolationtest.RootName(t, l)
-	file := "cpu.cfs_burst_us"
-	if l.Version == cgroupfs.V2 {
-		file = "cpu.max.burst"
-	}
+	file := burstFile(l)
 	w := newWriter(t, l)
 	pod, limited, unlimited := root+"/kubepods/podA", root+"/kubepods/podA/c1", root+"/kubepods/podA/c2"
 	// The "kubelet" makes the pod's cgroups and quotas.
@@ -142,10 +136,7 @@ func TestBurstOfSomeoneElsesQuota(t *testing.T) {
 func TestBurstGivesWayToAResize(t *testing.T) {
 	l := isolationtest.Layout(t)
 	root := isolationtest.RootName(t, l)
-	file := "cpu.cfs_burst_us"
-	if l.Version == cgroupfs.V2 {
-		file = "cpu.max.burst"
-	}
+	file := burstFile(l)
 	kubelet := newWriter(t, l)
 	pod := root + "/kubepods/podA"
 	quota := func(milli int64) error {
@@ -180,4 +171,12 @@ func TestBurstGivesWayToAResize(t *testing.T) {
 	tidal.Forget()
 	burst(200, "10000")
 	burst(0, "10000") // no limit known: the quota the cgroup has, now 20000
+}
+
+// burstFile is the CFS burst's file on the layout's cgroup version.
+func burstFile(l *cgroupfs.Layout) string {
+	if l.Version == cgroupfs.V2 {
+		return "cpu.max.burst"
+	}
+	return "cpu.cfs_burst_us"
 }

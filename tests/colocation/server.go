@@ -72,11 +72,7 @@ func serverNames() []string {
 // nginxCommand writes an nginx config and the page it serves into dir: in the foreground, no
 // access log, keep-alive for the load generator's persistent connections, /healthz answered.
 func nginxCommand(_ *bench, dir, addr string) ([]string, error) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		return nil, fmt.Errorf("the nginx server needs nginx (scripts/bench-tools.sh installs it): %w", err)
-	}
-	www, err := writePages(dir)
+	bin, www, err := prepareServer("nginx", dir)
 	if err != nil {
 		return nil, err
 	}
@@ -120,11 +116,7 @@ http {
 // sizing (its mods-available/mpm_event.conf), mod_deflate at level 6 on the page, keep-alive
 // for the load generator's persistent connections, /healthz a file.
 func apacheCommand(b *bench, dir, addr string) ([]string, error) {
-	bin, err := exec.LookPath("apache2")
-	if err != nil {
-		return nil, fmt.Errorf("the apache server needs apache2 (scripts/bench-tools.sh installs it): %w", err)
-	}
-	www, err := writePages(dir)
+	bin, www, err := prepareServer("apache2", dir)
 	if err != nil {
 		return nil, err
 	}
@@ -175,17 +167,20 @@ MaxConnectionsPerChild 0
 	return []string{bin, "-f", path, "-DFOREGROUND"}, nil
 }
 
-// writePages writes what the third-party servers serve into dir/www: the 64 KiB page and
-// /healthz.
-func writePages(dir string) (string, error) {
-	www := filepath.Join(dir, "www")
+// prepareServer finds a third-party server's binary and writes what it serves into dir/www:
+// the 64 KiB page and /healthz.
+func prepareServer(binary, dir string) (bin, www string, err error) {
+	if bin, err = exec.LookPath(binary); err != nil {
+		return "", "", fmt.Errorf("%s is missing (scripts/bench-tools.sh installs it): %w", binary, err)
+	}
+	www = filepath.Join(dir, "www")
 	if err := os.MkdirAll(www, 0o755); err != nil {
-		return "", err
+		return "", "", err
 	}
 	if err := os.WriteFile(filepath.Join(www, "page.txt"), page(64<<10), 0o644); err != nil {
-		return "", err
+		return "", "", err
 	}
-	return www, os.WriteFile(filepath.Join(www, "healthz"), []byte("ok\n"), 0o644)
+	return bin, www, os.WriteFile(filepath.Join(www, "healthz"), []byte("ok\n"), 0o644)
 }
 
 // page is n bytes of words, as compressible as ordinary text (about 2.4:1 with gzip -6), the
