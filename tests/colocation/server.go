@@ -120,14 +120,12 @@ func apacheCommand(b *bench, dir, addr string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	// httpd refuses to serve as root: its threads run as www-data, which must reach the
-	// page through the benchmark's folders (search only; nothing there is listable).
-	for d := dir; ; d = filepath.Dir(d) {
+	// httpd refuses to serve as root: its threads run as www-data, which must reach the page
+	// through the benchmark's folder and the server's own (search only; neither is listable).
+	// Only those two: dir is a child of b.tmp, and nothing above b.tmp is the benchmark's.
+	for _, d := range []string{b.tmp, dir} {
 		if err := os.Chmod(d, 0o711); err != nil {
 			return nil, err
-		}
-		if d == b.tmp || d == filepath.Dir(d) {
-			break
 		}
 	}
 	conf := fmt.Sprintf(`ServerRoot %[1]s
