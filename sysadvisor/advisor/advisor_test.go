@@ -553,3 +553,39 @@ func primed(t0 time.Time) *Advisor {
 	}
 	return a
 }
+
+// LastCut is when lending was last cut for online work's sake: the fast path, the
+// interference feedback and CPU pressure count; the slow loop following usage down does not.
+func TestLastCutCountsCutsForOnlineWorksSake(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := New(testConfig())
+	for i := 0; i < 20; i++ {
+		a.Step(sample(t0, i, 500))
+	}
+	if a.Step(sample(t0, 20, 3000)); !a.LastCut().IsZero() {
+		t.Fatalf("the slow loop's shrink counted as a cut at %v", a.LastCut())
+	}
+	for i := 27; i < 40; i++ {
+		a.Step(sample(t0, i, 500))
+	}
+	for _, c := range []struct {
+		name string
+		at   time.Time
+		cut  func(now time.Time) bool
+	}{
+		{"spike", t0.Add(41 * time.Second), func(now time.Time) bool {
+			return a.Spike(now, 0, SpikeRates{WindowMilli: 2500}) != nil
+		}},
+		{"interference", t0.Add(42 * time.Second), func(now time.Time) bool {
+			return a.Interfere(now, 0, []Indicator{{Name: "run-queue wait", Workload: "web", Value: 0.5, Target: 0.1}}) != nil
+		}},
+		{"pressure", t0.Add(43 * time.Second), func(now time.Time) bool { return len(a.Pressure(now, "cpu pressure")) > 0 }},
+	} {
+		if !c.cut(c.at) {
+			t.Fatalf("%s: no cut (lends %dm)", c.name, a.Plan().ReclaimedMilliCPU[0])
+		}
+		if got := a.LastCut(); !got.Equal(c.at) {
+			t.Errorf("after the %s cut LastCut = %v, want %v", c.name, got, c.at)
+		}
+	}
+}
