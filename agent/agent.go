@@ -86,9 +86,9 @@ type Agent struct {
 	online   map[int]int64 // latest online usage of each node's shared pool
 	// indicators are the latest interference figures of online work, per NUMA node.
 	indicators map[int][]reporter.Indicator
-	// mech holds reclaimed work to what is lent now: cpu.mechanism, or with auto the candidate
-	// the chooser runs; mechChoice says why, for status.
-	mech       plugins.CPUMechanism
+	// mech is the cpu.mechanism in force (with auto, the candidate the chooser runs);
+	// mechanism() resolves it to how reclaimed work is held now. mechChoice says why.
+	mech       string
 	mechChoice string
 	memTotal   int64 // node memory, from the latest sample
 	memOnline  int64 // memory used by all but reclaimed work, from the latest sample
@@ -242,11 +242,11 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		starvationMeter: interference.NewMeter(procDir, layout),
 		poolHold:        poolHold{},
 	}
-	a.mech, a.mechChoice = plugins.CPUMechanism(cfg.CPU.Mechanism), "set by cpu.mechanism"
+	a.mech, a.mechChoice = cfg.CPU.Mechanism, "set by cpu.mechanism"
 	if cfg.CPU.Mechanism == config.MechanismAuto {
 		m := cfg.CPU.AutoMechanism
 		a.chooser = mechanism.New(mechanism.Config{Candidates: m.CandidateList(), Trial: m.Trial, Rounds: m.Rounds, Every: m.Every, Tie: mechanismTie})
-		a.mech, a.mechChoice = plugins.CPUMechanism(a.chooser.Current()), "auto: "+a.chooser.Reason()
+		a.mech, a.mechChoice = a.chooser.Current(), "auto: "+a.chooser.Reason()
 	}
 	a.memoryPolicy = memoryResource(cfg.Memory)
 	a.policy = a.policy.With(a.memoryPolicy)

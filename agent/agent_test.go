@@ -269,6 +269,77 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	}
 }
 
+// Under quota-on-cut reclaimed work has no quota while online work is calm (the idle class
+// lets it use the idle time of its CPUs), gets one of exactly what is lent from the fast
+// path's cut on, in the same narrow write, and loses it again once cpu.quotaAfterCut has
+// passed without another cut; status says which holds and why.
+func TestQuotaOnCutHoldsReclaimedWorkToTheQuotaAfterACut(t *testing.T) {
+	h := newFakeHost(t)
+	a := h.agentWith(t.TempDir(), func(c *config.Config) {
+		c.CPU.Mechanism = config.MechanismQuotaOnCut
+		c.CPU.QuotaAfterCut = time.Hour
+	})
+	h.cgroup("tidal/reclaimed/batch")
+	if _, err := a.Admit(AdmitRequest{Name: "batch", Tier: "reclaimed", PID: sleeper(t)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pass := func(busy int) {
+		h.tick([4]int{busy, busy, busy, busy})
+		a.sampler.at = a.sampler.at.Add(-time.Second)
+		a.slowPass(ctx)
+	}
+	quota := func() string { return h.read("tidal/reclaimed", "cpu.max") }
+	mechanism := func() (string, string) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.mechanismStatusLocked(time.Now())
+	}
+	a.slowPass(ctx)
+	if got := quota(); got != "10000 100000" {
+		t.Errorf("reclaimed quota %q while lending is at its minimum, want 10000 100000", got)
+	}
+	for range 14 {
+		pass(10)
+	}
+	if got := quota(); got != "max 100000" {
+		t.Fatalf("reclaimed quota %q after growing with no cut, want none", got)
+	}
+	if m, why := mechanism(); m != "idle" || !strings.Contains(why, "no cut for 1h0m0s") {
+		t.Errorf("status says mechanism %s (%s), want idle, no cut for 1h0m0s", m, why)
+	}
+
+	// An online spike of 1000m: lending falls to 4000 - (1000 x 1.1 + 250) = 2650m, and the
+	// fast path writes the quota with the cpusets.
+	writes := a.writer.Stats().Writes
+	a.spike(time.Now(), 1000, 0)
+	if got := quota(); got != "265000 100000" {
+		t.Errorf("reclaimed quota %q after the cut, want 265000 100000", got)
+	}
+	if d := a.writer.Stats().Writes["cpu.quota"] - writes["cpu.quota"]; d == 0 {
+		t.Error("the fast path did not write the quota")
+	}
+	if m, why := mechanism(); m != "quota" || !strings.Contains(why, "after the last cut") {
+		t.Errorf("status says mechanism %s (%s) after the cut, want quota, after the last cut", m, why)
+	}
+	pass(10)
+	if got := quota(); got != "265000 100000" {
+		t.Errorf("reclaimed quota %q within cpu.quotaAfterCut, want 265000 100000", got)
+	}
+
+	// The hold over, the next pass lifts the quota.
+	a.mu.Lock()
+	a.cfg.CPU.QuotaAfterCut = 0
+	a.mu.Unlock()
+	pass(10)
+	if got := quota(); got != "max 100000" {
+		t.Errorf("reclaimed quota %q after cpu.quotaAfterCut, want none", got)
+	}
+	if got := h.read("tidal/reclaimed", "cpu.idle"); got != "1" {
+		t.Errorf("reclaimed cpu.idle %q, want 1", got)
+	}
+}
+
 // With cpu.poolShrinkAfter under the quota mechanism, a cut lowers the quota at once and
 // leaves the reclaimed pool's cpusets alone; they narrow only once lending has stayed within
 // fewer CPUs for that long. Widening is never held.

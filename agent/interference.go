@@ -253,8 +253,9 @@ func (a *Agent) controlStatusLocked(node int, lent int64) reporter.Control {
 			u.Window, 1+a.cfg.CPU.SafetyMarginRatio, a.cfg.CPU.SafetyMarginMilliCPU)
 	}
 	ctl := a.advisor.Controllers()[node]
+	mech, why := a.mechanismStatusLocked(time.Now())
 	c := reporter.Control{
-		Mechanism: string(a.mechanism()), MechanismChoice: a.mechChoice,
+		Mechanism: mech, MechanismChoice: why,
 		UsageCeilingMilliCPU: usage, PredictedOnlineMilliCPU: limit.PredictedMilliCPU, Formula: formula(limit),
 		PublishedCeilingMilliCPU: published.MilliCPU, PublishedFormula: formula(published),
 		InterferenceCapMilliCPU: capv, State: ctl.State, HeldUntil: ctl.HeldUntil,
@@ -285,45 +286,4 @@ func (a *Agent) poolMilliLocked(node int) int64 {
 		}
 	}
 	return 0
-}
-
-// mechanism is how reclaimed work is held to what is lent now. Callers hold a.mu.
-func (a *Agent) mechanism() plugins.CPUMechanism { return a.mech }
-
-// mechanismTie: with cpu.mechanism auto, a later candidate must lend this much more of the
-// usage ceiling than an earlier one to be chosen over it (readings are noisy).
-const mechanismTie = 0.05
-
-// chooseMechanismLocked feeds the auto chooser this reading (the share of the usage ceiling
-// the node lends, when there is something to lend and nothing else holds lending down) and
-// switches the mechanism when a trial ends. It reports whether the mechanism changed.
-func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools) bool {
-	if a.chooser == nil {
-		return false
-	}
-	plan := a.advisor.Plan().ReclaimedMilliCPU
-	ctls := a.advisor.Controllers()
-	var lent, ceiling int64
-	informative := a.advisor.Primed()
-	for _, np := range pools {
-		limit, _, _ := a.advisor.Ceilings(np.Node)
-		usage := limit.MilliCPU
-		if ctls[np.Node].State == advisor.StateBaseline {
-			informative = false
-		}
-		if usage > min(a.cfg.CPU.MinReclaimedMilliCPU, a.poolMilliLocked(np.Node)) {
-			lent, ceiling = lent+plan[np.Node], ceiling+usage
-		}
-	}
-	if informative && ceiling > 0 {
-		a.chooser.Observe(float64(lent) / float64(ceiling))
-	}
-	m, changed := a.chooser.Step(now)
-	a.mechChoice = "auto: " + a.chooser.Reason()
-	if !changed {
-		return false
-	}
-	a.actionLocked("mechanism", "auto", fmt.Sprintf("reclaimed CPU mechanism %s -> %s (%s)", a.mech, m, a.chooser.Reason()))
-	a.mech = plugins.CPUMechanism(m)
-	return true
 }

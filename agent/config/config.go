@@ -138,9 +138,15 @@ type CPU struct {
 	// grown back seconds later. 0 narrows at once.
 	PoolShrinkAfter time.Duration `yaml:"poolShrinkAfter"`
 	// Mechanism is how reclaimed work is held to what is lent on its CPUs: idle, shares
-	// or quota (see plugins.CPUMechanism and docs/benchmark.md for the figures), or auto:
-	// the agent tries AutoMechanism's candidates on this node and keeps the best.
-	Mechanism     string        `yaml:"mechanism"`
+	// or quota (see plugins.CPUMechanism and docs/benchmark.md for the figures);
+	// quota-on-cut, the idle class while online work is calm and the quota as well from a
+	// cut until QuotaAfterCut has passed without another; or auto: the agent tries
+	// AutoMechanism's candidates on this node and keeps the best.
+	Mechanism string `yaml:"mechanism"`
+	// QuotaAfterCut: under quota-on-cut, how long the quota holds reclaimed work to what is
+	// lent after the last cut for online work's sake (the fast path, the interference
+	// feedback, CPU pressure). It holds as long as lending is at its minimum, too.
+	QuotaAfterCut time.Duration `yaml:"quotaAfterCut"`
 	AutoMechanism AutoMechanism `yaml:"autoMechanism"`
 
 	// CPU burst (issue 12).
@@ -151,6 +157,22 @@ type CPU struct {
 
 // MechanismAuto is the cpu.mechanism that the agent chooses by measurement.
 const MechanismAuto = "auto"
+
+// MechanismQuotaOnCut is the cpu.mechanism that the agent resolves on every pass to the idle
+// class while online work is calm, or to the quota after a cut (cpu.quotaAfterCut) and while
+// lending is at its minimum: reclaimed work uses the idle time beside what is lent until
+// online work shows it needs the CPU back, and is then held to exactly what is lent.
+const MechanismQuotaOnCut = "quota-on-cut"
+
+// Mechanisms are the cpu.mechanism values that name one way to hold reclaimed work (every
+// value but auto): the policy's own, and quota-on-cut, which switches between two of them.
+func Mechanisms() []string {
+	var out []string
+	for _, m := range plugins.CPUMechanisms() {
+		out = append(out, string(m))
+	}
+	return append(out, MechanismQuotaOnCut)
+}
 
 // AutoMechanism configures cpu.mechanism auto (sysadvisor/mechanism): each candidate runs for
 // Trial at a time, Rounds times each, interleaved; the one under which the interference
@@ -373,7 +395,8 @@ func Default() Config {
 				Candidates: string(plugins.MechanismQuota) + "," + string(plugins.MechanismIdle),
 				Trial:      time.Minute, Rounds: 2, Every: 6 * time.Hour,
 			},
-			BurstPercent: BurstPercent{Shared: 50},
+			QuotaAfterCut: time.Second,
+			BurstPercent:  BurstPercent{Shared: 50},
 		},
 		Interference: Interference{
 			Interval:          500 * time.Millisecond,

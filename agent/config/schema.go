@@ -14,7 +14,6 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/tidalqos/tidal/internal/yamlconf"
-	"github.com/tidalqos/tidal/plugins"
 )
 
 // kind is how a key's value is written in the file.
@@ -93,13 +92,7 @@ func targets(key string, p func(*Config) *Targets) *entry {
 	)
 }
 
-func mechanismList() []string {
-	var out []string
-	for _, m := range plugins.CPUMechanisms() {
-		out = append(out, string(m))
-	}
-	return out
-}
+func mechanismList() []string { return Mechanisms() }
 
 // candidateList checks cpu.autoMechanism.candidates: known mechanisms, each once.
 func candidateList(s string) bool {
@@ -208,6 +201,8 @@ var schema = []*entry{
 			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
 		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },
 			"one of "+mechanismNames()+", "+MechanismAuto, oneOf(append(mechanismList(), MechanismAuto)...)),
+		leaf("quotaAfterCut", kindDuration, func(c *Config) *time.Duration { return &c.CPU.QuotaAfterCut },
+			`a duration >= 0, such as "5s"`, atLeast[time.Duration](0)),
 		section("autoMechanism",
 			leaf("candidates", kindString, func(c *Config) *string { return &c.CPU.AutoMechanism.Candidates },
 				"a comma-separated list of distinct mechanisms ("+mechanismNames()+"), such as \"quota,idle\"", candidateList),

@@ -168,6 +168,44 @@ func TestOnlineLoadShrinksReclaimed(t *testing.T) {
 	}
 }
 
+// Under cpu.mechanism quota-on-cut the reclaimed tier has no CFS quota while online work is
+// calm, so reclaimed work may use the idle time beside what is lent; an online spike puts the
+// quota of what is lent on it at once, and it stays while lending is at its minimum.
+func TestQuotaOnCutQuotasReclaimedWorkOnlyAfterACut(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 3s\n  spikeThreshold: 0.5\n  mechanism: quota-on-cut\n  quotaAfterCut: 1s\n")
+	n.start()
+	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	burn := n.waitWorkload("burn")
+	quota := func() string { return n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us") }
+	n.eventually(20*time.Second, "lending past its minimum with no quota", func() error {
+		s := n.status()
+		if c := s.Pools[0].Control; s.Lendable.MilliCPU < 500 || quota() != "-1" || c.Mechanism != "idle" {
+			return fmt.Errorf("lendable %dm, reclaimed quota %s, mechanism %s (%s)", s.Lendable.MilliCPU, quota(), c.Mechanism, c.MechanismChoice)
+		}
+		return nil
+	})
+	t.Logf("calm: burner CPU %v per second with %dm lent", n.cpuUsage(burn.Cgroup, time.Second), n.status().Lendable.MilliCPU)
+
+	n.run("--tier", "shared", "--name", "online", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	n.waitWorkload("online")
+	n.eventually(5*time.Second, "the quota of what is lent on the reclaimed tier", func() error {
+		s := n.status()
+		q, err := strconv.ParseInt(quota(), 10, 64)
+		if c := s.Pools[0].Control; err != nil || q <= 0 || q > s.Pools[0].LentMilliCPU*100 || c.Mechanism != "quota" {
+			return fmt.Errorf("reclaimed quota %s with %dm lent, mechanism %s (%s)", quota(), s.Pools[0].LentMilliCPU, c.Mechanism, c.MechanismChoice)
+		}
+		return nil
+	})
+	// Online work stays busy: lending at its minimum keeps the quota past quotaAfterCut.
+	time.Sleep(2 * time.Second)
+	if q := quota(); q != "10000" {
+		t.Errorf("reclaimed quota %s with online work busy 2 s after the cut, want 10000 (the 100m minimum)", q)
+	}
+	if c := n.status().Pools[0].Control; !strings.Contains(c.MechanismChoice, "lends its minimum") {
+		t.Errorf("status does not say why the quota holds: %s", c.MechanismChoice)
+	}
+}
+
 // Memory short: the lowest reclaim-priority reclaimed workload is stopped first, one at a time,
 // and online work is never touched. The watermark is set above what this machine has
 // available, so "short" holds without exhausting the CI machine's memory.
