@@ -136,6 +136,21 @@ func (h *fakeHost) agentWith(stateDir string, set func(*config.Config)) *Agent {
 	return a
 }
 
+// batch admits a reclaimed workload "batch" to a and returns a slow pass of a second with
+// every CPU busy busy%.
+func (h *fakeHost) batch(a *Agent) (pass func(busy int)) {
+	h.t.Helper()
+	h.cgroup("tidal/reclaimed/batch")
+	if _, err := a.Admit(AdmitRequest{Name: "batch", Tier: "reclaimed", PID: sleeper(h.t)}, 0); err != nil {
+		h.t.Fatal(err)
+	}
+	return func(busy int) {
+		h.tick([4]int{busy, busy, busy, busy})
+		a.sampler.at = a.sampler.at.Add(-time.Second)
+		a.slowPass(context.Background())
+	}
+}
+
 // A child process of the test: its PID is real, so the OOM score write lands.
 func sleeper(t *testing.T) int {
 	t.Helper()
@@ -279,16 +294,8 @@ func TestQuotaOnCutHoldsReclaimedWorkToTheQuotaAfterACut(t *testing.T) {
 		c.CPU.Mechanism = config.MechanismQuotaOnCut
 		c.CPU.QuotaAfterCut = time.Hour
 	})
-	h.cgroup("tidal/reclaimed/batch")
-	if _, err := a.Admit(AdmitRequest{Name: "batch", Tier: "reclaimed", PID: sleeper(t)}, 0); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	pass := func(busy int) {
-		h.tick([4]int{busy, busy, busy, busy})
-		a.sampler.at = a.sampler.at.Add(-time.Second)
-		a.slowPass(ctx)
-	}
+	pass := h.batch(a)
 	quota := func() string { return h.read("tidal/reclaimed", "cpu.max") }
 	mechanism := func() (string, string) {
 		a.mu.Lock()
@@ -349,16 +356,8 @@ func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
 		c.CPU.Mechanism = string(plugins.MechanismQuota)
 		c.CPU.PoolShrinkAfter = 10 * time.Second
 	})
-	h.cgroup("tidal/reclaimed/batch")
-	if _, err := a.Admit(AdmitRequest{Name: "batch", Tier: "reclaimed", PID: sleeper(t)}, 0); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	pass := func(busy int) {
-		h.tick([4]int{busy, busy, busy, busy})
-		a.sampler.at = a.sampler.at.Add(-time.Second)
-		a.slowPass(ctx)
-	}
+	pass := h.batch(a)
 	a.slowPass(ctx)
 	for range 14 {
 		pass(10)

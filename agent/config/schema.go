@@ -202,7 +202,7 @@ var schema = []*entry{
 		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },
 			"one of "+mechanismNames()+", "+MechanismAuto, oneOf(append(mechanismList(), MechanismAuto)...)),
 		leaf("quotaAfterCut", kindDuration, func(c *Config) *time.Duration { return &c.CPU.QuotaAfterCut },
-			`a duration >= 0, such as "5s"`, atLeast[time.Duration](0)),
+			`a duration >= 0, such as "1s"`, atLeast[time.Duration](0)),
 		section("autoMechanism",
 			leaf("candidates", kindString, func(c *Config) *string { return &c.CPU.AutoMechanism.Candidates },
 				"a comma-separated list of distinct mechanisms ("+mechanismNames()+"), such as \"quota,idle\"", candidateList),
@@ -345,7 +345,7 @@ var schema = []*entry{
 	),
 	section("eviction",
 		leaf("gracePeriod", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.GracePeriod },
-			`a duration >= 0, such as "5s"`, atLeast[time.Duration](0)),
+			`a duration >= 0, such as "1s"`, atLeast[time.Duration](0)),
 		leaf("coolDown", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.CoolDown },
 			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
 		// Starvation eviction (issue 12).
