@@ -345,7 +345,7 @@ var schema = []*entry{
 	),
 	section("eviction",
 		leaf("gracePeriod", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.GracePeriod },
-			`a duration >= 0, such as "1s"`, atLeast[time.Duration](0)),
+			`a duration >= 0, such as "5s"`, atLeast[time.Duration](0)),
 		leaf("coolDown", kindDuration, func(c *Config) *time.Duration { return &c.Eviction.CoolDown },
 			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
 		// Starvation eviction (issue 12).
