@@ -180,14 +180,14 @@ type Advisor struct {
 	memCap int64 // memory the node could lend (total less reserved)
 	primed bool  // a fresh sample has arrived since start or since the last Reset
 	ctl    map[int]*Controller
-	// cutAt is when lending was last cut for online work's sake, per NUMA node: by the fast
-	// path, the interference feedback or CPU pressure (not the slow loop following usage).
-	cutAt map[int]time.Time
+	// lastCut is when lending was last cut for online work's sake on any NUMA node: by the
+	// fast path, the interference feedback or CPU pressure (not the slow loop following usage).
+	lastCut time.Time
 }
 
 // New returns an advisor whose plan lends the minimum until the first fresh sample.
 func New(cfg Config) *Advisor {
-	a := &Advisor{cfg: cfg, cpu: map[int][]point{}, pool: map[int]int64{}, ctl: map[int]*Controller{}, cutAt: map[int]time.Time{}}
+	a := &Advisor{cfg: cfg, cpu: map[int][]point{}, pool: map[int]int64{}, ctl: map[int]*Controller{}}
 	a.plan = Plan{ReclaimedMilliCPU: map[int]int64{}, ReclaimedMemory: cfg.MinReclaimedBytes}
 	return a
 }
@@ -242,15 +242,7 @@ func (a *Advisor) LendsAboveMinimum() bool {
 
 // LastCut is the latest time lending was cut for online work's sake on any NUMA node (by the
 // fast path, the interference feedback or CPU pressure), zero if never.
-func (a *Advisor) LastCut() time.Time {
-	var last time.Time
-	for _, t := range a.cutAt {
-		if t.After(last) {
-			last = t
-		}
-	}
-	return last
-}
+func (a *Advisor) LastCut() time.Time { return a.lastCut }
 
 // LendsMinimum says whether node lends only its minimum CPU (or nothing is planned for it).
 func (a *Advisor) LendsMinimum(node int) bool {
@@ -464,7 +456,7 @@ func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Ch
 			return nil
 		}
 		a.plan.ReclaimedMilliCPU[node] = next
-		a.cutAt[node] = now
+		a.lastCut = now
 		reason := fmt.Sprintf("numa %d: %s > target: reclaimed CPU %dm -> %dm (x%.2f, %s)", node, c.Worst, cur, next, a.cfg.Control.Cut, held)
 		c.LastCut, c.LastCutAt = reason, now
 		return &Change{"shrink", reason}
@@ -594,7 +586,7 @@ func (a *Advisor) Spike(now time.Time, node int, r SpikeRates) *Change {
 		return nil
 	}
 	a.plan.ReclaimedMilliCPU[node] = target
-	a.cutAt[node] = now
+	a.lastCut = now
 	return &Change{"shrink", fmt.Sprintf("numa %d: %s: reclaimed CPU %dm -> %dm", node, why, cur, target)}
 }
 
@@ -645,7 +637,7 @@ func (a *Advisor) Pressure(now time.Time, what string) []Change {
 		a.cpu[node] = record(a.cpu[node], now, a.pool[node], a.cfg.PeakWindow)
 		if m := a.minCPU(node); cur > m {
 			a.plan.ReclaimedMilliCPU[node] = m
-			a.cutAt[node] = now
+			a.lastCut = now
 			changes = append(changes, Change{"shrink", fmt.Sprintf("numa %d: %s: reclaimed CPU %dm -> %dm (minimum)", node, what, cur, m)})
 		}
 	}
