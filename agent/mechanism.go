@@ -25,9 +25,10 @@ func (a *Agent) mechanismStatusLocked(now time.Time) (mechanism, why string) {
 }
 
 // resolveMechanismLocked turns cpu.mechanism quota-on-cut into the policy's mechanism at now:
-// the quota while online work has just needed CPU back (a cut within cpu.quotaAfterCut) or
-// lending is at its minimum on a NUMA node, the idle class otherwise; resolved says which
-// rule held. Any other mechanism is itself, with resolved "".
+// the quota while online work has just needed CPU back (a cut within cpu.quotaAfterCut),
+// while lending is at its minimum on a NUMA node, or while the arbiter's lease holds lending
+// under the plan; the idle class otherwise. resolved says which rule held. Any other
+// mechanism is itself, with resolved "".
 func (a *Agent) resolveMechanismLocked(now time.Time) (m plugins.CPUMechanism, resolved string) {
 	if a.mech != config.MechanismQuotaOnCut {
 		return plugins.CPUMechanism(a.mech), ""
@@ -35,6 +36,14 @@ func (a *Agent) resolveMechanismLocked(now time.Time) (m plugins.CPUMechanism, r
 	for _, np := range a.pools {
 		if a.advisor.LendsMinimum(np.Node) {
 			return plugins.MechanismQuota, fmt.Sprintf("quota: numa %d lends its minimum", np.Node)
+		}
+	}
+	// A lease is a promise to the arbiter: the idle class would let reclaimed work use its
+	// whole cpuset (ceil(lent) CPUs), more than the grant.
+	if a.lease != nil {
+		granted, planned := a.lease.granted(now).MilliCPU, a.advisor.Plan().TotalMilliCPU()
+		if granted < planned {
+			return plugins.MechanismQuota, fmt.Sprintf("quota: the arbiter's lease grants %dm, under the %dm planned", granted, planned)
 		}
 	}
 	hold := a.cfg.CPU.QuotaAfterCut
