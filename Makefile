@@ -56,7 +56,7 @@ lint:
 	$(GO) vet ./...
 
 # The colocation benchmark on this host, as root (about two hours): three online servers (nginx
-# and Apache httpd, installed by scripts/bench-tools.sh, and the Go one) through eleven scenarios interleaved over
+# and Apache httpd, installed by scripts/bench-tools.sh, and the Go one) through fifteen scenarios interleaved over
 # three rounds, then the agent's overhead with 200 workloads. Writes results.md,
 # results.json and a plot per scenario into bench-results/ (docs/benchmark.md).
 bench:

@@ -1,7 +1,7 @@
 // Command colocation is tidal's colocation benchmark. On this machine, as root, it runs an
-// online HTTP service (nginx from Debian's packages, and tidal's own Go server: -servers) and
-// offline work (a CPU burner and a cache antagonist) side by side under fourteen scenarios, each
-// driven through the same compressed tidal day of load:
+// online HTTP service (nginx and Apache httpd from Debian's packages, and tidal's own Go
+// server: -servers) and offline work (a CPU burner and a cache antagonist) side by side under
+// fifteen scenarios, each driven through the same compressed tidal day of load:
 //
 //	online-alone    the online service alone: the latency baseline
 //	offline-alone   the offline work alone: the throughput baseline
@@ -17,6 +17,7 @@
 //	tidal-no-burst  tidal without the fast path's burst window (loops.fastBurstWindow 0)
 //	tidal-own-only  tidal managing only the run's own workloads (no -day-workloads)
 //	tidal-idle      tidal with cpu.mechanism idle
+//	tidal-quota     tidal with cpu.mechanism quota (the quota at all times, the default before)
 //	tidal-shares    tidal with cpu.mechanism shares
 //
 // and diagnostics, run only when -scenarios names them: two that take tidal's reclaimed pool
@@ -27,6 +28,7 @@
 //	tidal-long-hold    tidal with interference.holdAfterFirstCut 10s (the default before 2.5s)
 //	tidal-pool-hold    tidal with cpu.poolShrinkAfter 10s
 //	tidal-pool-hold-3s tidal with cpu.poolShrinkAfter 3s
+//	tidal-quota-on-cut-5s tidal with cpu.quotaAfterCut 5s
 //
 // The scenarios run interleaved (each server through A B C ..., then again) for -rounds rounds, so that
 // whatever else the machine does affects them alike, and every figure is the median over the
@@ -34,7 +36,7 @@
 // plot per scenario into -out. With -overhead it measures only the agent's own CPU and memory
 // with 200 workloads.
 //
-//	go run ./tests/colocation -out bench-results          (as root; about 70 minutes)
+//	go run ./tests/colocation -out bench-results          (as root; about two hours)
 //	go run ./tests/colocation -out /tmp/bench -quick      (about 6 minutes)
 //
 // docs/benchmark.md explains the method and how to read the results.

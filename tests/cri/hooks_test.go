@@ -49,7 +49,8 @@ func startAgent(t *testing.T, root, extra string) *agent.Client {
 }
 
 // startAgentWith is startAgent with /metrics on metricsAddr ("" for none); it also returns
-// the agent's log.
+// the agent's log. Its mechanism is the quota, so that a reclaimed container shows what is
+// lent as its quota from creation on.
 func startAgentWith(t *testing.T, root, extra, metricsAddr string) (*agent.Client, *syncBuffer) {
 	t.Helper()
 	dir := t.TempDir()
@@ -61,6 +62,7 @@ metricsAddress: %q
 logLevel: debug
 cpu:
   growStepMilliCPU: 10
+  mechanism: quota
 %s
 `, root, filepath.Join(dir, "state"), filepath.Join(dir, "tidal.sock"), metricsAddr, extra)
 	path := filepath.Join(dir, "tidal.yaml")
@@ -131,7 +133,7 @@ func oomScoreAdj(t *testing.T, pid int) int {
 }
 
 // reclaimedConfined checks a reclaimed container's cgroup as runc made it: the reclaimed
-// pool, the smallest share (cpu.idle sits on the pod), a quota (the default mechanism) and a
+// pool, the smallest share (cpu.idle sits on the pod), a quota (the quota mechanism) and a
 // memory limit of what is lent, the highest OOM score.
 func reclaimedConfined(t *testing.T, layout *cgroupfs.Layout, rs runtimeapi.RuntimeServiceClient, cg, id string, pool cpuset.CPUSet) {
 	t.Helper()
@@ -142,7 +144,7 @@ func reclaimedConfined(t *testing.T, layout *cgroupfs.Layout, rs runtimeapi.Runt
 		t.Errorf("container cpu.shares %s, want 2", got)
 	}
 	if q, _ := strconv.ParseInt(read(t, layout, "cpu", cg, "cpu.cfs_quota_us"), 10, 64); q <= 0 {
-		t.Errorf("container cfs quota %d, want what is lent (the default quota mechanism)", q)
+		t.Errorf("container cfs quota %d, want what is lent (the quota mechanism)", q)
 	}
 	if m, _ := strconv.ParseInt(read(t, layout, "memory", cg, "memory.limit_in_bytes"), 10, 64); m <= 0 || m > 1<<50 {
 		t.Errorf("container memory limit %d, want what is lent", m)

@@ -81,7 +81,9 @@ func TestAgentsManageOnlyTheirOwnPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newKubeNode(t, c, "node-a", "cgroupfs", "")
-	b := newKubeNode(t, c, "node-b", "systemd", "")
+	// node-a has the default mechanism (quota-on-cut); node-b the quota, so that a reclaimed
+	// pod without a cap of its own shows what is lent as its quota.
+	b := newKubeNode(t, c, "node-b", "systemd", "cpu:\n  mechanism: quota\n")
 	if _, err := c.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-c"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +127,9 @@ func TestAgentsManageOnlyTheirOwnPods(t *testing.T) {
 	}{{a, batch}, {b, other}} {
 		n, p := pc.n, pc.p
 		eventually(t, 10*time.Second, p.pod.Name+" confined", func() error {
-			// The default (quota) mechanism caps a reclaimed pod at what is lent, or at
-			// its own reclaimed-millicpu request when smaller (batch asked for 500m).
+			// The quota mechanism caps a reclaimed pod at what is lent; every mechanism at
+			// its own reclaimed-millicpu request, or what is lent when smaller (batch
+			// asked for 500m).
 			if q := quotaMilli(t, n, p.cgroup); q <= 0 || p == batch && q > 500 {
 				return fmt.Errorf("quota %dm", q)
 			}
@@ -245,8 +248,14 @@ func TestAgentsManageOnlyTheirOwnPods(t *testing.T) {
 			if err := json.Unmarshal([]byte(node.Annotations["tidalqos.io/topology"]), &topo); err != nil || len(topo.NUMA) == 0 {
 				return fmt.Errorf("topology annotation %q: %v", node.Annotations["tidalqos.io/topology"], err)
 			}
-			// How lending was sized, as tidal status shows it.
-			if c := topo.NUMA[0].Control; c.Mechanism != "quota" || c.Bound == "" || c.Formula == "" {
+			// How lending was sized, as tidal status shows it, with the mechanism in effect
+			// and, under quota-on-cut (node-a's default), the rule that chose it.
+			c := topo.NUMA[0].Control
+			mechanismShown := c.Mechanism == "quota"
+			if name == "node-a" {
+				mechanismShown = (c.Mechanism == "quota" || c.Mechanism == "idle") && strings.Contains(c.MechanismChoice, "quota-on-cut: ")
+			}
+			if !mechanismShown || c.Bound == "" || c.Formula == "" {
 				return fmt.Errorf("topology annotation's control %+v", c)
 			}
 			return nil
@@ -351,7 +360,8 @@ eviction:
 // managed and the Node is reported again.
 func TestAPIServerGoesAwayAndComesBack(t *testing.T) {
 	c := newCluster(t)
-	n := newKubeNode(t, c, "node-a", "cgroupfs", "cpu:\n  growStepMilliCPU: 1000\n  peakWindow: 2s")
+	// The quota mechanism: what is lent shows as the reclaimed pod's quota, calm or not.
+	n := newKubeNode(t, c, "node-a", "cgroupfs", "cpu:\n  growStepMilliCPU: 1000\n  peakWindow: 2s\n  mechanism: quota")
 	n.start()
 	batch := n.runPod(newPod("batch", map[string]string{"tidalqos.io/qos-level": "reclaimed"}, nil), "workload", "burner", "--threads", "2")
 	web := n.runPod(newPod("web", nil, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}))
