@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidalqos/tidal/agent"
@@ -73,6 +74,9 @@ func (a *agentProc) tidalRun(bin, tier, name string, argv []string) []string {
 type agentWatch struct {
 	lent    []lentSample
 	actions map[actionKey]reporter.Action
+	// latestLent is the last poll's lending for the contention probe, which reads it from
+	// its own goroutine; -1 before the first poll.
+	latestLent atomic.Int64
 }
 
 // actionKey tells actions apart across polls (time.Time itself is no map key: its location
@@ -82,7 +86,11 @@ type actionKey struct {
 	kind, reason string
 }
 
-func newAgentWatch() *agentWatch { return &agentWatch{actions: map[actionKey]reporter.Action{}} }
+func newAgentWatch() *agentWatch {
+	w := &agentWatch{actions: map[actionKey]reporter.Action{}}
+	w.latestLent.Store(-1)
+	return w
+}
 
 // lentSample is the CPU the agent lent to reclaimed work at a time.
 type lentSample struct {
@@ -100,6 +108,7 @@ func (w *agentWatch) poll(client *agent.Client, now time.Time) {
 		lent += p.LentMilliCPU
 	}
 	w.lent = append(w.lent, lentSample{At: now, MilliCPU: lent})
+	w.latestLent.Store(lent)
 	for _, a := range s.Actions {
 		w.actions[actionKey{a.Time.UnixNano(), a.Kind, a.Reason}] = a
 	}

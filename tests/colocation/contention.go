@@ -14,10 +14,11 @@ import (
 
 // The contention probe measures the agent's reaction to online spikes independently of the
 // agent: from the first moment online work uses more than the agent's spike threshold of the
-// CPU it kept (the pool less what is lent, read from the reclaimed tier's CFS quota) over
-// the fast path's window, or more than all of it over the burst window, to the moment that
-// quota falls; a crossing that ends before the
-// quota falls was a blip, not a spike. (Online work rarely gets to use more than all it
+// CPU it kept (the pool less what is lent, read from the reclaimed tier's CFS quota, or while
+// reclaimed work has none, as under quota-on-cut while online work is calm, from the agent's
+// status, polled twice a second) over the fast path's window, or more than all of it over
+// the burst window, to the moment the quota falls under what was lent (or comes on at the
+// cut); a crossing that ends before then was a blip, not a spike. (Online work rarely gets to use more than all it
 // kept: the agent cuts at the threshold.) It samples every contentionEvery,
 // so a figure is at most that much late; the kernel charges a running task's CPU time at its
 // scheduler tick, which delays both the probe and the agent alike.
@@ -101,14 +102,14 @@ func newContentionSampler(layout *cgroupfs.Layout, agentRoot string) *contention
 		tierDir: layout.Dir("cpu", path.Join(agentRoot, "reclaimed"))}
 }
 
-// read returns online CPU time and the CPU lent, or false while the agent's tiers are not
-// there yet or reclaimed work has no quota (a mechanism other than quota).
-func (s *contentionSampler) read() (time.Duration, int64, bool) {
+// read returns online CPU time and the CPU the reclaimed tier's quota allows (quota false
+// while it has none), or ok false while the agent's tiers are not there yet.
+func (s *contentionSampler) read() (used time.Duration, lent int64, quota, ok bool) {
 	var err error
 	if s.counter == nil {
 		if s.counter, err = s.layout.OpenCPUCounter(s.shared); err != nil {
 			s.counter = nil
-			return 0, 0, false
+			return 0, 0, false, false
 		}
 	}
 	if s.quota == nil {
@@ -118,7 +119,7 @@ func (s *contentionSampler) read() (time.Duration, int64, bool) {
 		}
 		if s.quota, err = os.Open(filepath.Join(s.tierDir, name)); err != nil {
 			s.quota = nil
-			return 0, 0, false
+			return 0, 0, false, false
 		}
 		s.periodMicros = 100000 // v2 gives it in cpu.max itself
 		if s.layout.Version == cgroupfs.V1 {
@@ -129,16 +130,16 @@ func (s *contentionSampler) read() (time.Duration, int64, bool) {
 			}
 		}
 	}
-	used, err := s.counter.Read()
+	used, err = s.counter.Read()
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	if s.buf == nil {
 		s.buf = make([]byte, 64)
 	}
 	n, _ := s.quota.ReadAt(s.buf, 0)
-	lent, ok := lentOfQuota(string(s.buf[:n]), s.periodMicros)
-	return used, lent, ok
+	lent, quota = lentOfQuota(string(s.buf[:n]), s.periodMicros)
+	return used, lent, quota, true
 }
 
 // lentOfQuota is the CPU a CFS quota allows, in millicores (v1: cpu.cfs_quota_us, with the

@@ -29,6 +29,8 @@
 //	tidal-pool-hold    tidal with cpu.poolShrinkAfter 10s
 //	tidal-pool-hold-3s tidal with cpu.poolShrinkAfter 3s
 //	tidal-quota-on-cut-5s tidal with cpu.quotaAfterCut 5s
+//	tidal-grow-500     tidal with cpu.growStepMilliCPU 500
+//	tidal-limit-2s     tidal with cpu.limitWindow 2s
 //
 // The scenarios run interleaved (each server through A B C ..., then again) for -rounds rounds, so that
 // whatever else the machine does affects them alike, and every figure is the median over the

@@ -251,8 +251,8 @@ func writeTidal(w io.Writer, res results) {
 	if c := t.ContentionToShrink; c != nil && c.Samples > 0 {
 		fmt.Fprintf(w, "- Spike-to-shrink over the whole day, with %d idle workloads managed besides the run's own: p50 %.1f ms, p99 %.1f ms over %d spikes%s. "+
 			"Measured by the benchmark itself, sampling every %s: from the first sample at which the online tier's CPU use over the last %s "+
-			"crossed %.0f%% (the agent's default cpu.spikeThreshold) of what the agent left it (the CPUs less the reclaimed tier's CFS quota) "+
-			"to the sample at which that quota fell. The kernel charges a running task's CPU time at its scheduler tick, which delays the probe and the agent alike.\n",
+			"crossed %.0f%% (the agent's default cpu.spikeThreshold) of what the agent left it (the CPUs less what it lent: the reclaimed tier's CFS quota, "+
+			"or while that tier has none its status's figure) to the sample at which the quota fell under what was lent or came on. The kernel charges a running task's CPU time at its scheduler tick, which delays the probe and the agent alike.\n",
 			res.Options.DayWorkloads, c.P50Ms, c.P99Ms, c.Samples, missedContentions(c.Missed), contentionEvery, contentionWindow, 100*agentSpikeShare)
 	}
 	fmt.Fprintf(w, "- Agent CPU during the day: %s of one core (its status was polled twice a second).\n", plainStat(t.AgentCPUPercent, "%.2f%%"))

@@ -238,10 +238,20 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 		if r.sc.Online {
 			r.contention = newContentionProbe(int64(r.b.cpus.Size()) * 1000)
 			sampler := newContentionSampler(r.b.layout, path.Join(r.rel, "tidal"))
+			watch := r.watch
 			r.bg.every(contentionEvery, func(now time.Time) {
-				if used, lent, ok := sampler.read(); ok {
-					r.contention.observe(now, used, lent)
+				used, lent, quota, ok := sampler.read()
+				if !ok {
+					return
 				}
+				if !quota {
+					// No quota (quota-on-cut while online work is calm, or the idle
+					// mechanism): what is lent is the agent's own figure, up to a poll old.
+					if lent = watch.latestLent.Load(); lent < 0 {
+						return
+					}
+				}
+				r.contention.observe(now, used, lent)
 			})
 			r.bg.onStop(sampler.close)
 		}
