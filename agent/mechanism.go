@@ -9,7 +9,8 @@ import (
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 )
 
-// mechanism is how reclaimed work is held to what is lent now. Callers hold a.mu.
+// mechanism is how reclaimed work is held to what is lent now. Callers hold a.mu. It runs
+// on every pass and every runtime hook's decision, so it resolves without saying why.
 func (a *Agent) mechanism() plugins.CPUMechanism {
 	m, _ := a.resolveMechanismLocked(time.Now())
 	return m
@@ -18,40 +19,43 @@ func (a *Agent) mechanism() plugins.CPUMechanism {
 // mechanismStatusLocked is the mechanism in effect at now and why, for status.
 func (a *Agent) mechanismStatusLocked(now time.Time) (mechanism, why string) {
 	m, resolved := a.resolveMechanismLocked(now)
-	if resolved == "" {
+	if resolved == nil {
 		return string(m), a.mechChoice
 	}
-	return string(m), a.mechChoice + "; " + config.MechanismQuotaOnCut + ": " + resolved
+	return string(m), a.mechChoice + "; " + config.MechanismQuotaOnCut + ": " + resolved()
 }
 
 // resolveMechanismLocked turns cpu.mechanism quota-on-cut into the policy's mechanism at now:
 // the quota while online work has just needed CPU back (a cut within cpu.quotaAfterCut),
 // while lending is at its minimum on a NUMA node, or while the arbiter's lease holds lending
-// under the plan; the idle class otherwise. resolved says which rule held. Any other
-// mechanism is itself, with resolved "".
-func (a *Agent) resolveMechanismLocked(now time.Time) (m plugins.CPUMechanism, resolved string) {
+// under the plan; the idle class otherwise. resolved says which rule held, formatted only
+// when status asks. Any other mechanism is itself, with resolved nil.
+func (a *Agent) resolveMechanismLocked(now time.Time) (m plugins.CPUMechanism, resolved func() string) {
 	if a.mech != config.MechanismQuotaOnCut {
-		return plugins.CPUMechanism(a.mech), ""
+		return plugins.CPUMechanism(a.mech), nil
 	}
 	for _, np := range a.pools {
-		if a.advisor.LendsMinimum(np.Node) {
-			return plugins.MechanismQuota, fmt.Sprintf("quota: numa %d lends its minimum", np.Node)
+		if node := np.Node; a.advisor.LendsMinimum(node) {
+			return plugins.MechanismQuota, func() string { return fmt.Sprintf("quota: numa %d lends its minimum", node) }
 		}
 	}
 	// A lease is a promise to the arbiter: the idle class would let reclaimed work use its
 	// whole cpuset (ceil(lent) CPUs), more than the grant.
 	if a.lease != nil {
-		granted, planned := a.lease.granted(now).MilliCPU, a.advisor.Plan().TotalMilliCPU()
-		if granted < planned {
-			return plugins.MechanismQuota, fmt.Sprintf("quota: the arbiter's lease grants %dm, under the %dm planned", granted, planned)
+		if granted, planned := a.lease.granted(now).MilliCPU, a.advisor.PlannedMilliCPU(); granted < planned {
+			return plugins.MechanismQuota, func() string {
+				return fmt.Sprintf("quota: the arbiter's lease grants %dm, under the %dm planned", granted, planned)
+			}
 		}
 	}
 	hold := a.cfg.CPU.QuotaAfterCut
 	if cut := a.advisor.LastCut(); !cut.IsZero() && now.Sub(cut) < hold {
-		return plugins.MechanismQuota, fmt.Sprintf("quota until %s, %s after the last cut (%s)",
-			cut.Add(hold).Format("15:04:05.000"), hold, cut.Format("15:04:05.000"))
+		return plugins.MechanismQuota, func() string {
+			return fmt.Sprintf("quota until %s, %s after the last cut (%s)",
+				cut.Add(hold).Format("15:04:05.000"), hold, cut.Format("15:04:05.000"))
+		}
 	}
-	return plugins.MechanismIdle, fmt.Sprintf("the idle class alone: no cut for %s", hold)
+	return plugins.MechanismIdle, func() string { return fmt.Sprintf("the idle class alone: no cut for %s", hold) }
 }
 
 // mechanismTie: with cpu.mechanism auto, a later candidate must lend this much more of the

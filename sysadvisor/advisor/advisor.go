@@ -203,6 +203,10 @@ func (a *Advisor) Init(poolMilliCPU map[int]int64) {
 	}
 }
 
+// PlannedMilliCPU is the CPU the plan lends over every NUMA node, in millicores, without
+// copying the plan.
+func (a *Advisor) PlannedMilliCPU() int64 { return a.plan.TotalMilliCPU() }
+
 // Plan returns a copy of the current plan.
 func (a *Advisor) Plan() Plan {
 	p := Plan{ReclaimedMilliCPU: make(map[int]int64, len(a.plan.ReclaimedMilliCPU)), ReclaimedMemory: a.plan.ReclaimedMemory}
