@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/arbiter/arbiterapi"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -281,6 +282,37 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	}
 	if r, _ := snap.Get("db"); r.DedicatedCPUs.String() != "3" || r.Owner != plugins.OwnerTidal {
 		t.Errorf("restored db: cores %s, owner %s", r.DedicatedCPUs, r.Owner)
+	}
+}
+
+// Under quota-on-cut an arbiter's lease smaller than the plan holds reclaimed work by the
+// quota, calm or not: the idle class alone would let it use its whole cpuset, more than the
+// grant. (tests/integration's arbiter test pins the quota: a real arbiter's shared-queue grant
+// follows what the node publishes, so it binds only now and then.)
+func TestQuotaOnCutHoldsALeaseByTheQuota(t *testing.T) {
+	h := newFakeHost(t)
+	a := h.agentWith(t.TempDir(), func(c *config.Config) { c.CPU.Mechanism = config.MechanismQuotaOnCut })
+	pass := h.batch(a)
+	for range 14 {
+		pass(10)
+	}
+	if got := h.read("tidal/reclaimed", "cpu.max"); got != "max 100000" {
+		t.Fatalf("reclaimed quota %q after growing with no cut and no lease, want none", got)
+	}
+	far := time.Now().Add(time.Hour)
+	a.mu.Lock()
+	a.lease = &leasing{expires: far, lease: arbiterapi.Lease{Expires: far,
+		Grants: []arbiterapi.Grant{{Queue: "queue-1", MilliCPU: 500, MemoryBytes: 1 << 30, Until: far}}}}
+	a.mu.Unlock()
+	pass(10)
+	if got := h.read("tidal/reclaimed", "cpu.max"); got != "50000 100000" {
+		t.Errorf("reclaimed quota %q under a lease of 500m, want 50000 100000", got)
+	}
+	a.mu.Lock()
+	m, why := a.mechanismStatusLocked(time.Now())
+	a.mu.Unlock()
+	if m != "quota" || !strings.Contains(why, "the arbiter's lease grants 500m") {
+		t.Errorf("status says mechanism %s (%s), want quota by the lease's rule", m, why)
 	}
 }
 
