@@ -52,3 +52,27 @@ func agentWith200Idle(b *testing.B) *Agent {
 	}
 	return a
 }
+
+// BenchmarkStatus200 builds the status of an agent managing 200 idle workloads, whole and
+// without the workloads (what a poller of lending needs, GET /v1/status?workloads=false).
+//
+//	sudo go test -run '^$' -bench Status200 ./agent
+func BenchmarkStatus200(b *testing.B) {
+	a := agentWith200Idle(b)
+	a.slowPass(context.Background())
+	for _, c := range []struct {
+		name   string
+		status func() int
+	}{
+		{"whole", func() int { return len(a.Status().Workloads) }},
+		{"summary", func() int { return len(a.StatusSummary().Workloads) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var listed int
+			for b.Loop() {
+				listed = c.status()
+			}
+			b.ReportMetric(float64(listed), "workloads")
+		})
+	}
+}

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -53,7 +55,7 @@ func (a *Agent) apiServer() *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/workloads", a.handleAdmit)
 	mux.HandleFunc("DELETE /v1/workloads/{name}", a.handleRelease)
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, a.Status()) })
+	mux.HandleFunc("GET /v1/status", a.handleStatus)
 	return &http.Server{Handler: rootOnly(mux), ConnContext: connContext, ReadHeaderTimeout: 5 * time.Second}
 }
 
@@ -138,12 +140,33 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // Status reports pools, workloads, lending and recent actions.
-func (a *Agent) Status() reporter.Status {
+func (a *Agent) Status() reporter.Status { return a.status(true) }
+
+// StatusSummary is Status without the workloads: what a poller that watches lending and
+// actions needs, at a cost that does not grow with the workloads on the node.
+func (a *Agent) StatusSummary() reporter.Status { return a.status(false) }
+
+// handleStatus serves the status; ?workloads=false leaves the workloads out.
+func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
+	withWorkloads := true
+	if v := r.URL.Query().Get("workloads"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter workloads=%q: want true or false", v))
+			return
+		}
+		withWorkloads = b
+	}
+	writeJSON(w, http.StatusOK, a.status(withWorkloads))
+}
+
+// status builds the status. The agent's lock, which the fast path needs, is held only to copy
+// what the figures come from; each workload's decision is taken after it is let go.
+func (a *Agent) status(withWorkloads bool) reporter.Status {
 	snap := a.store.Snapshot()
 	gpus := a.gpuStatus()
 	now := time.Now()
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	plan := a.writtenPlanLocked(now, snap)
 	s := reporter.Status{
 		Schema: reporter.StatusSchemaVersion, Node: a.cfg.NodeName, Mode: a.cfg.Mode, Time: now,
@@ -171,12 +194,18 @@ func (a *Agent) Status() reporter.Status {
 			Control: a.controlStatusLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]),
 		})
 	}
+	if !withWorkloads {
+		a.mu.Unlock()
+		return s
+	}
 	node := a.nodeLocked(plan)
+	satisfaction := maps.Clone(a.satisfaction)
+	a.mu.Unlock()
 	for _, r := range snap.Workloads {
 		ws := workloadStatus(r)
 		d := a.policy.Decide(r.Workload, node).Settings
 		ws.CPUBurstMilliCPU, ws.CPUBurstPercent = max(d.CPUBurst, 0), d.CPUBurstPercent
-		if v, ok := a.satisfaction[r.Name]; ok {
+		if v, ok := satisfaction[r.Name]; ok {
 			ws.CPUSatisfaction = &v
 		}
 		s.Workloads = append(s.Workloads, ws)
@@ -268,4 +297,10 @@ func (c *Client) Release(name string) error {
 func (c *Client) Status() (reporter.Status, error) {
 	var s reporter.Status
 	return s, c.do(http.MethodGet, "/v1/status", nil, &s)
+}
+
+// StatusSummary fetches the agent's status without the workloads.
+func (c *Client) StatusSummary() (reporter.Status, error) {
+	var s reporter.Status
+	return s, c.do(http.MethodGet, "/v1/status?workloads=false", nil, &s)
 }

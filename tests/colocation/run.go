@@ -51,6 +51,9 @@ type scenarioRun struct {
 	sleepers []*exec.Cmd
 }
 
+// serverWorkload names the online service: its process and, under the agent, its workload.
+const serverWorkload = "server"
+
 // Timeouts and grace periods of a run.
 const (
 	healthyTimeout = 15 * time.Second // for the online service to answer (it calibrates first)
@@ -221,7 +224,10 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 		// agent or not: the online service's threads' run-queue wait per unit of CPU run.
 		online := interference.Group{Name: "online", Cgroup: r.sub("online"), Recursive: true}
 		if r.sc.Tidal {
-			online.Cgroup = path.Join(r.rel, "tidal", "shared")
+			// The service's own workload cgroup, not its tier's, which also holds the
+			// -day-workloads sleepers: reading their threads every time cost the harness
+			// work the baselines do not pay.
+			online.Cgroup = path.Join(r.rel, "tidal", "shared", serverWorkload)
 		}
 		meter := interference.NewMeter("/proc", r.b.layout)
 		r.bg.every(waitInterval, func(now time.Time) {
@@ -294,7 +300,7 @@ func (r *scenarioRun) startServer(ctx context.Context) (*proc, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	p, err := r.startCommand("server", "shared", r.sub("online"), argv)
+	p, err := r.startCommand(serverWorkload, "shared", r.sub("online"), argv)
 	if err != nil {
 		return nil, "", err
 	}

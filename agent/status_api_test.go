@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/isolation/isolationtest"
+	"github.com/tidalqos/tidal/reporter"
+)
+
+// GET /v1/status of a real agent (own cgroup root, loops not running) managing two workloads:
+// the full status lists them, ?workloads=false leaves them out and keeps the node's figures,
+// and a query value that is not a boolean is refused with a message naming it.
+func TestStatusWithoutWorkloads(t *testing.T) {
+	layout := isolationtest.Layout(t)
+	cfg := config.Default()
+	cfg.Cgroup.Root = isolationtest.RootName(t, layout)
+	dir := t.TempDir()
+	cfg.StateDir, cfg.SocketPath = filepath.Join(dir, "state"), filepath.Join(dir, "sock")
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct{ name, tier string }{{"web", "shared"}, {"batch", "reclaimed"}} {
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		if _, err := a.Admit(AdmitRequest{Name: w.name, Tier: w.tier, PID: cmd.Process.Pid}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := a.apiServer().Handler
+	ctx := context.WithValue(context.Background(), peerKey{}, &unix.Ucred{Uid: 0})
+	get := func(query string) (int, []byte) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/status"+query, nil))
+		return rec.Code, rec.Body.Bytes()
+	}
+
+	for _, c := range []struct {
+		query     string
+		workloads int
+	}{{"", 2}, {"?workloads=true", 2}, {"?workloads=false", 0}} {
+		code, body := get(c.query)
+		if code != http.StatusOK {
+			t.Fatalf("GET /v1/status%s: %d %s", c.query, code, body)
+		}
+		var s reporter.Status
+		if err := json.Unmarshal(body, &s); err != nil {
+			t.Fatalf("GET /v1/status%s: %v", c.query, err)
+		}
+		if len(s.Workloads) != c.workloads {
+			t.Errorf("GET /v1/status%s: %d workloads, want %d", c.query, len(s.Workloads), c.workloads)
+		}
+		if len(s.Pools) == 0 || s.Node == "" || s.CgroupRoot != cfg.Cgroup.Root {
+			t.Errorf("GET /v1/status%s: node figures missing: pools %d, node %q, root %q", c.query, len(s.Pools), s.Node, s.CgroupRoot)
+		}
+	}
+
+	code, body := get("?workloads=some")
+	var e struct{ Error string }
+	if code != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, `workloads="some"`) {
+		t.Fatalf("GET /v1/status?workloads=some: %d %s, want 400 naming the parameter", code, body)
+	}
+}
