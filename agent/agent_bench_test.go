@@ -30,15 +30,7 @@ func BenchmarkSlowPass(b *testing.B) {
 // agentWith200Idle is an agent with its defaults on a test cgroup root, managing 200 idle
 // workloads (sleep processes, half shared, half reclaimed) that the benchmark's end kills.
 func agentWith200Idle(b *testing.B) *Agent {
-	layout := isolationtest.Layout(b)
-	cfg := config.Default()
-	cfg.Cgroup.Root = isolationtest.RootName(b, layout)
-	dir := b.TempDir()
-	cfg.StateDir, cfg.SocketPath = filepath.Join(dir, "state"), filepath.Join(dir, "sock")
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	a := agentOnTestRoot(b)
 	tiers := []string{"shared", "reclaimed"}
 	for i := range 200 {
 		cmd := exec.Command("sleep", "600")
@@ -75,4 +67,19 @@ func BenchmarkStatus200(b *testing.B) {
 			b.ReportMetric(float64(listed), "workloads")
 		})
 	}
+}
+
+// agentOnTestRoot is a real agent with its defaults on a cgroup root of the test's own
+// (removed at its end), its state and socket in a temporary folder, its loops not running.
+func agentOnTestRoot(tb testing.TB) *Agent {
+	layout := isolationtest.Layout(tb)
+	cfg := config.Default()
+	cfg.Cgroup.Root = isolationtest.RootName(tb, layout)
+	dir := tb.TempDir()
+	cfg.StateDir, cfg.SocketPath = filepath.Join(dir, "state"), filepath.Join(dir, "sock")
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
 }

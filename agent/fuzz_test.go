@@ -15,13 +15,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/qos"
@@ -33,15 +31,8 @@ import (
 // the API may accept is that child's. Every answer is JSON with the documented status codes;
 // a refusal says why; an admission names the workload asked for and releases cleanly.
 func FuzzAdmitRequest(f *testing.F) {
+	a := agentOnTestRoot(f)
 	layout := isolationtest.Layout(f)
-	cfg := config.Default()
-	cfg.Cgroup.Root = isolationtest.RootName(f, layout)
-	dir := f.TempDir()
-	cfg.StateDir, cfg.SocketPath = filepath.Join(dir, "state"), filepath.Join(dir, "sock")
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		f.Fatal(err)
-	}
 	child := exec.Command("sleep", "3600")
 	if err := child.Start(); err != nil {
 		f.Fatal(err)

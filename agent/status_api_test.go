@@ -3,19 +3,14 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tidalqos/tidal/agent/config"
-	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/reporter"
 )
 
@@ -23,15 +18,7 @@ import (
 // the full status lists them, ?workloads=false leaves them out and keeps the node's figures,
 // and a query value that is not a boolean is refused with a message naming it.
 func TestStatusWithoutWorkloads(t *testing.T) {
-	layout := isolationtest.Layout(t)
-	cfg := config.Default()
-	cfg.Cgroup.Root = isolationtest.RootName(t, layout)
-	dir := t.TempDir()
-	cfg.StateDir, cfg.SocketPath = filepath.Join(dir, "state"), filepath.Join(dir, "sock")
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := agentOnTestRoot(t)
 	for _, w := range []struct{ name, tier string }{{"web", "shared"}, {"batch", "reclaimed"}} {
 		cmd := exec.Command("sleep", "600")
 		if err := cmd.Start(); err != nil {
@@ -65,7 +52,7 @@ func TestStatusWithoutWorkloads(t *testing.T) {
 		if len(s.Workloads) != c.workloads {
 			t.Errorf("GET /v1/status%s: %d workloads, want %d", c.query, len(s.Workloads), c.workloads)
 		}
-		if len(s.Pools) == 0 || s.Node == "" || s.CgroupRoot != cfg.Cgroup.Root {
+		if len(s.Pools) == 0 || s.Node == "" || s.CgroupRoot != a.cfg.Cgroup.Root {
 			t.Errorf("GET /v1/status%s: node figures missing: pools %d, node %q, root %q", c.query, len(s.Pools), s.Node, s.CgroupRoot)
 		}
 	}
