@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidalqos/tidal/agent/source/standalone"
 	"github.com/tidalqos/tidal/agent/state"
+	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/reporter"
 )
 
@@ -161,14 +162,35 @@ func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 // status builds the status. The agent's lock, which the fast path needs, is held only to copy
-// what the figures come from; each workload's decision is taken after it is let go.
+// what the figures come from (nodeStatus); each workload's decision is taken after.
 func (a *Agent) status(withWorkloads bool) reporter.Status {
 	snap := a.store.Snapshot()
+	s, node, satisfaction := a.nodeStatus(snap, withWorkloads)
+	if !withWorkloads {
+		return s
+	}
+	for _, r := range snap.Workloads {
+		ws := workloadStatus(r)
+		d := a.policy.Decide(r.Workload, node).Settings
+		ws.CPUBurstMilliCPU, ws.CPUBurstPercent = max(d.CPUBurst, 0), d.CPUBurstPercent
+		if v, ok := satisfaction[r.Name]; ok {
+			ws.CPUSatisfaction = &v
+		}
+		s.Workloads = append(s.Workloads, ws)
+	}
+	sort.Slice(s.Workloads, func(i, j int) bool { return s.Workloads[i].Name < s.Workloads[j].Name })
+	return s
+}
+
+// nodeStatus is the status without its workloads and, if forWorkloads, what their entries
+// need: the node the decisions see and a copy of the reclaimed workloads' CPU satisfaction.
+func (a *Agent) nodeStatus(snap state.Snapshot, forWorkloads bool) (s reporter.Status, node plugins.Node, satisfaction map[string]float64) {
 	gpus := a.gpuStatus()
 	now := time.Now()
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	plan := a.writtenPlanLocked(now, snap)
-	s := reporter.Status{
+	s = reporter.Status{
 		Schema: reporter.StatusSchemaVersion, Node: a.cfg.NodeName, Mode: a.cfg.Mode, Time: now,
 		CgroupRoot: a.cfg.Cgroup.Root, CgroupVer: a.layout.Version.String(), CPUIdle: a.idle,
 		MetricsOK: a.advisor.Primed(), Lendable: a.lendableLocked(now),
@@ -194,24 +216,10 @@ func (a *Agent) status(withWorkloads bool) reporter.Status {
 			Control: a.controlStatusLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]),
 		})
 	}
-	if !withWorkloads {
-		a.mu.Unlock()
-		return s
+	if forWorkloads {
+		node, satisfaction = a.nodeLocked(plan), maps.Clone(a.satisfaction)
 	}
-	node := a.nodeLocked(plan)
-	satisfaction := maps.Clone(a.satisfaction)
-	a.mu.Unlock()
-	for _, r := range snap.Workloads {
-		ws := workloadStatus(r)
-		d := a.policy.Decide(r.Workload, node).Settings
-		ws.CPUBurstMilliCPU, ws.CPUBurstPercent = max(d.CPUBurst, 0), d.CPUBurstPercent
-		if v, ok := satisfaction[r.Name]; ok {
-			ws.CPUSatisfaction = &v
-		}
-		s.Workloads = append(s.Workloads, ws)
-	}
-	sort.Slice(s.Workloads, func(i, j int) bool { return s.Workloads[i].Name < s.Workloads[j].Name })
-	return s
+	return s, node, satisfaction
 }
 
 func workloadStatus(r state.Record) reporter.Workload {
