@@ -1,0 +1,3 @@
+#!/bin/sh
+[ "$1" = agent ] && export GOMAXPROCS=1
+exec /tmp/tidal-bin "$@"
