@@ -42,6 +42,8 @@ func TestInVM(t *testing.T) {
 	// The binaries run from the VM's tmpfs, not the 9p share: faster to load, and their pages
 	// are not reclaimable (no swap), so a cgroup at its memory limit goes to the OOM killer
 	// at once instead of thrashing on the text of a binary re-read over 9p.
+	// The suite's output goes to the VM's tmpfs and into the share once it ends: nothing is
+	// written over 9p while the tests run.
 	// Fault cases in the VM record what they measured in the share; it is appended to the
 	// host's $TIDAL_RELIABILITY_OUT (docs/reliability.md).
 	relOut := os.Getenv(testutil.ReliabilityOutEnv)
@@ -53,7 +55,10 @@ func TestInVM(t *testing.T) {
 cp /mnt/cgroupv2.test /mnt/tidal /tmp/ || exit 1
 export %s=1 TIDAL_BIN=/tmp/tidal TMPDIR=/tmp HOME=/tmp
 %s
-/tmp/cgroupv2.test -test.v -test.count=1 -test.timeout=20m -test.run '%s' 2>&1 | tee /mnt/suite.out
+/tmp/cgroupv2.test -test.v -test.count=1 -test.timeout=20m -test.run '%s' 2>&1 | tee /tmp/suite.out
+status=$?
+cp /tmp/suite.out /mnt/suite.out
+exit $status
 `, inVMEnv, record, run)
 	res := vm.Boot(t, tools, vm.Spec{
 		Files:     map[string]string{"cgroupv2.test": suite, "tidal": tidal},
@@ -62,6 +67,10 @@ export %s=1 TIDAL_BIN=/tmp/tidal TMPDIR=/tmp HOME=/tmp
 		CPUs:      2,
 		DiskMiB:   64,
 		Timeout:   25 * time.Minute,
+		// Every test prints at least its result within a few minutes; the guest's own
+		// -test.timeout prints a panic. Silence for longer is a hung guest.
+		Stall:     8 * time.Minute,
+		RetryHung: true,
 	})
 	t.Logf("kernel %s; built in %v, VM ran %v", tools.KernelPackage, built.Round(time.Second), res.Elapsed.Round(time.Second))
 	out, err := res.ReadFile("suite.out")

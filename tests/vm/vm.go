@@ -102,6 +102,15 @@ type Spec struct {
 	DiskMiB int
 	// Timeout bounds the whole run (default 5 minutes).
 	Timeout time.Duration
+	// Stall, when set, stops a run whose console has not grown for this long: a guest that
+	// has gone silent for longer than any step of its script takes is hung, and waiting out
+	// Timeout only delays the failure.
+	Stall time.Duration
+	// RetryHung boots the VM once more (Boot only) when the first run hung (Stall or
+	// Timeout) without a panic or an exit status; the hung run's console goes to the test's
+	// log. For a suite whose guest hung once in many runs under TCG (2026-12-05) with no
+	// message from the guest kernel.
+	RetryHung bool
 }
 
 // Result is what a VM run left.
@@ -128,6 +137,8 @@ func (r *Result) ReadFile(name string) (string, error) {
 type VMError struct {
 	Reason  string
 	Console string
+	// Hung: stopped by Timeout or Stall, not ended by the guest or QEMU.
+	Hung bool
 }
 
 func (e *VMError) Error() string {
@@ -177,15 +188,31 @@ func Run(ctx context.Context, tools Tools, dir string, spec Spec) (*Result, erro
 		}
 		args = append(args, "-drive", "file="+disk+",if=virtio,format=raw,cache=unsafe")
 	}
-	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, spec.Timeout, fmt.Errorf("timed out after %s", spec.Timeout))
 	defer cancel()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	cmd := exec.CommandContext(ctx, tools.QEMU, args...)
 	// Stdin from /dev/null and no terminal on the serial port: QEMU's main thread would spin
 	// on a closed stdin with -nographic.
 	var qemuOut bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, &qemuOut, &qemuOut
 	start := time.Now()
-	runErr := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	watched := make(chan struct{})
+	if spec.Stall > 0 {
+		go func() {
+			defer close(watched)
+			watchStall(ctx, console, spec.Stall, stop)
+		}()
+	} else {
+		close(watched)
+	}
+	runErr := cmd.Wait()
+	stop(nil)
+	<-watched
 	res := &Result{Dir: share, Elapsed: time.Since(start), ExitCode: -1}
 	log, _ := os.ReadFile(console)
 	res.Console = string(log)
@@ -194,14 +221,14 @@ func Run(ctx context.Context, tools Tools, dir string, spec Spec) (*Result, erro
 	}
 	status, err := os.ReadFile(filepath.Join(share, "exit-status"))
 	if err != nil {
-		reason := "the script left no exit status"
-		switch {
-		case ctx.Err() != nil:
-			reason = fmt.Sprintf("timed out after %s", spec.Timeout)
+		reason, hung := "the script left no exit status", false
+		switch cause := context.Cause(ctx); {
+		case cause != nil && !errors.Is(cause, context.Canceled):
+			reason, hung = cause.Error(), true
 		case runErr != nil:
 			reason += fmt.Sprintf(" (qemu: %v)", runErr)
 		}
-		return res, &VMError{Reason: reason, Console: res.Console}
+		return res, &VMError{Reason: reason, Console: res.Console, Hung: hung}
 	}
 	res.ExitCode, err = strconv.Atoi(strings.TrimSpace(string(status)))
 	if err != nil {
@@ -210,10 +237,37 @@ func Run(ctx context.Context, tools Tools, dir string, spec Spec) (*Result, erro
 	return res, nil
 }
 
+// watchStall stops the run (through stop) once the console file has not grown for stall.
+func watchStall(ctx context.Context, console string, stall time.Duration, stop context.CancelCauseFunc) {
+	tick := time.NewTicker(min(stall/10, 5*time.Second))
+	defer tick.Stop()
+	var size int64
+	grew := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if fi, err := os.Stat(console); err == nil && fi.Size() != size {
+				size, grew = fi.Size(), now
+			}
+			if now.Sub(grew) >= stall {
+				stop(fmt.Errorf("hung: no console output for %s", stall))
+				return
+			}
+		}
+	}
+}
+
 // Boot runs spec in a VM, failing the test with the console log when the VM fails.
 func Boot(t testing.TB, tools Tools, spec Spec) *Result {
 	t.Helper()
 	res, err := Run(context.Background(), tools, t.TempDir(), spec)
+	var vmErr *VMError
+	if spec.RetryHung && errors.As(err, &vmErr) && vmErr.Hung {
+		t.Logf("the VM hung (%s); booting it once more. Its console:\n%s", vmErr.Reason, testutil.Tail(vmErr.Console, 60))
+		res, err = Run(context.Background(), tools, t.TempDir(), spec)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidalqos/tidal/tests/vm"
 )
@@ -53,5 +54,33 @@ func TestVMFailureCarriesConsole(t *testing.T) {
 	}
 	if !strings.Contains(vmErr.Console, "about to panic") || !strings.Contains(err.Error(), "Kernel panic") {
 		t.Errorf("the error lacks the console log:\n%v", err)
+	}
+	if vmErr.Hung {
+		t.Errorf("a panic reported as a hang (%s): Boot would boot it again", vmErr.Reason)
+	}
+}
+
+// A guest that goes silent is stopped after Spec.Stall, not Timeout, as a hung VMError; a
+// panic is not "hung" (the test above), so a caller retries only a hang.
+func TestSilentVMStoppedAsHung(t *testing.T) {
+	tools := vm.Need(t)
+	start := time.Now()
+	res, err := vm.Run(context.Background(), tools, t.TempDir(), vm.Spec{
+		Script:  "echo going quiet\nsleep 600\n",
+		Timeout: 5 * time.Minute,
+		Stall:   20 * time.Second,
+	})
+	var vmErr *vm.VMError
+	if !errors.As(err, &vmErr) {
+		t.Fatalf("a silent VM returned %v (exit code %d), want a VMError", err, res.ExitCode)
+	}
+	if !vmErr.Hung || !strings.Contains(vmErr.Reason, "no console output for 20s") {
+		t.Errorf("hung %v, reason %q: want hung for no console output", vmErr.Hung, vmErr.Reason)
+	}
+	if !strings.Contains(vmErr.Console, "going quiet") {
+		t.Errorf("the error lacks the console log:\n%v", err)
+	}
+	if took := time.Since(start); took > 2*time.Minute {
+		t.Errorf("stopped after %v: the stall watchdog did not act before the timeout", took)
 	}
 }
