@@ -239,7 +239,7 @@ func Run(ctx context.Context, tools Tools, dir string, spec Spec) (*Result, erro
 
 // watchStall stops the run (through stop) once the console file has not grown for stall.
 func watchStall(ctx context.Context, console string, stall time.Duration, stop context.CancelCauseFunc) {
-	tick := time.NewTicker(min(stall/10, 5*time.Second))
+	tick := time.NewTicker(max(min(stall/10, 5*time.Second), 10*time.Millisecond))
 	defer tick.Stop()
 	var size int64
 	grew := time.Now()
