@@ -199,7 +199,7 @@ func Run(ctx context.Context, tools Tools, dir string, spec Spec) (*Result, erro
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, &qemuOut, &qemuOut
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return &Result{Dir: share, ExitCode: -1}, &VMError{Reason: fmt.Sprintf("qemu did not start: %v", err)}
 	}
 	watched := make(chan struct{})
 	if spec.Stall > 0 {
