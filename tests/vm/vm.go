@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,18 +202,13 @@ func Run(ctx context.Context, tools Tools, dir string, spec Spec) (*Result, erro
 	if err := cmd.Start(); err != nil {
 		return &Result{Dir: share, ExitCode: -1}, &VMError{Reason: fmt.Sprintf("qemu did not start: %v", err)}
 	}
-	watched := make(chan struct{})
+	var watcher sync.WaitGroup
 	if spec.Stall > 0 {
-		go func() {
-			defer close(watched)
-			watchStall(ctx, console, spec.Stall, stop)
-		}()
-	} else {
-		close(watched)
+		watcher.Go(func() { watchStall(ctx, console, spec.Stall, stop) })
 	}
 	runErr := cmd.Wait()
-	stop(nil)
-	<-watched
+	stop(nil) // ends the watcher
+	watcher.Wait()
 	res := &Result{Dir: share, Elapsed: time.Since(start), ExitCode: -1}
 	log, _ := os.ReadFile(console)
 	res.Console = string(log)
