@@ -361,6 +361,14 @@ func TestQuotaOnCutHoldsReclaimedWorkToTheQuotaAfterACut(t *testing.T) {
 	if m, why := mechanism(); m != "quota" || !strings.Contains(why, "after the last cut") {
 		t.Errorf("status says mechanism %s (%s) after the cut, want quota, after the last cut", m, why)
 	}
+	// Every pass and every runtime hook resolves the mechanism: it says why only for status.
+	if n := testing.AllocsPerRun(100, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		_ = a.mechanism()
+	}); n != 0 {
+		t.Errorf("resolving the mechanism allocates %.0f times, want none", n)
+	}
 	pass(10)
 	if got := quota(); got != "265000 100000" {
 		t.Errorf("reclaimed quota %q within cpu.quotaAfterCut, want 265000 100000", got)

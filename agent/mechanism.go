@@ -18,44 +18,75 @@ func (a *Agent) mechanism() plugins.CPUMechanism {
 
 // mechanismStatusLocked is the mechanism in effect at now and why, for status.
 func (a *Agent) mechanismStatusLocked(now time.Time) (mechanism, why string) {
-	m, resolved := a.resolveMechanismLocked(now)
-	if resolved == nil {
+	m, rule := a.resolveMechanismLocked(now)
+	if rule.kind == ruleNone {
 		return string(m), a.mechChoice
 	}
-	return string(m), a.mechChoice + "; " + config.MechanismQuotaOnCut + ": " + resolved()
+	return string(m), a.mechChoice + "; " + config.MechanismQuotaOnCut + ": " + rule.String()
+}
+
+// ruleKind names the rule of quota-on-cut that decided the mechanism.
+type ruleKind int
+
+const (
+	ruleNone    ruleKind = iota // the mechanism is not quota-on-cut
+	ruleMinimum                 // a NUMA node lends its minimum
+	ruleLease                   // the arbiter's lease grants less than the plan
+	ruleCut                     // a cut within cpu.quotaAfterCut
+	ruleIdle                    // none of these: the idle class alone
+)
+
+// mechanismRule is the rule that held and its figures. It is a value, formatted only when
+// status asks, so that resolving on the hot paths allocates nothing.
+type mechanismRule struct {
+	kind             ruleKind
+	node             int
+	granted, planned int64
+	cut              time.Time
+	hold             time.Duration
+}
+
+func (r mechanismRule) String() string {
+	switch r.kind {
+	case ruleMinimum:
+		return fmt.Sprintf("quota: numa %d lends its minimum", r.node)
+	case ruleLease:
+		return fmt.Sprintf("quota: the arbiter's lease grants %dm, under the %dm planned", r.granted, r.planned)
+	case ruleCut:
+		return fmt.Sprintf("quota until %s, %s after the last cut (%s)",
+			r.cut.Add(r.hold).Format("15:04:05.000"), r.hold, r.cut.Format("15:04:05.000"))
+	case ruleIdle:
+		return fmt.Sprintf("the idle class alone: no cut for %s", r.hold)
+	}
+	return ""
 }
 
 // resolveMechanismLocked turns cpu.mechanism quota-on-cut into the policy's mechanism at now:
 // the quota while online work has just needed CPU back (a cut within cpu.quotaAfterCut),
 // while lending is at its minimum on a NUMA node, or while the arbiter's lease holds lending
-// under the plan; the idle class otherwise. resolved says which rule held, formatted only
-// when status asks. Any other mechanism is itself, with resolved nil.
-func (a *Agent) resolveMechanismLocked(now time.Time) (m plugins.CPUMechanism, resolved func() string) {
+// under the plan; the idle class otherwise. rule says which rule held. Any other mechanism is
+// itself, with rule ruleNone.
+func (a *Agent) resolveMechanismLocked(now time.Time) (plugins.CPUMechanism, mechanismRule) {
 	if a.mech != config.MechanismQuotaOnCut {
-		return plugins.CPUMechanism(a.mech), nil
+		return plugins.CPUMechanism(a.mech), mechanismRule{kind: ruleNone}
 	}
 	for _, np := range a.pools {
-		if node := np.Node; a.advisor.LendsMinimum(node) {
-			return plugins.MechanismQuota, func() string { return fmt.Sprintf("quota: numa %d lends its minimum", node) }
+		if a.advisor.LendsMinimum(np.Node) {
+			return plugins.MechanismQuota, mechanismRule{kind: ruleMinimum, node: np.Node}
 		}
 	}
 	// A lease is a promise to the arbiter: the idle class would let reclaimed work use its
 	// whole cpuset (ceil(lent) CPUs), more than the grant.
 	if a.lease != nil {
 		if granted, planned := a.lease.granted(now).MilliCPU, a.advisor.PlannedMilliCPU(); granted < planned {
-			return plugins.MechanismQuota, func() string {
-				return fmt.Sprintf("quota: the arbiter's lease grants %dm, under the %dm planned", granted, planned)
-			}
+			return plugins.MechanismQuota, mechanismRule{kind: ruleLease, granted: granted, planned: planned}
 		}
 	}
 	hold := a.cfg.CPU.QuotaAfterCut
 	if cut := a.advisor.LastCut(); !cut.IsZero() && now.Sub(cut) < hold {
-		return plugins.MechanismQuota, func() string {
-			return fmt.Sprintf("quota until %s, %s after the last cut (%s)",
-				cut.Add(hold).Format("15:04:05.000"), hold, cut.Format("15:04:05.000"))
-		}
+		return plugins.MechanismQuota, mechanismRule{kind: ruleCut, cut: cut, hold: hold}
 	}
-	return plugins.MechanismIdle, func() string { return fmt.Sprintf("the idle class alone: no cut for %s", hold) }
+	return plugins.MechanismIdle, mechanismRule{kind: ruleIdle, hold: hold}
 }
 
 // mechanismTie: with cpu.mechanism auto, a later candidate must lend this much more of the
