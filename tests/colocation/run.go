@@ -196,6 +196,10 @@ func (r *scenarioRun) makeCgroups() error {
 	if r.sc.Online {
 		online := all
 		online.CPUShares = defaultShares
+		if r.sc.online != nil {
+			online = r.sc.online(r.b.cpus)
+			online.Mems = r.b.mems
+		}
 		cgs = append(cgs, plugins.Cgroup{Path: r.sub("online"), Settings: online})
 	}
 	if r.sc.Offline {

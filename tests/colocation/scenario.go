@@ -15,6 +15,8 @@ type scenario struct {
 	// plain cgroups of its own, and offline sets the knobs of the offline work's parent cgroup.
 	Tidal   bool
 	offline func(all cpuset.CPUSet) plugins.Settings
+	// online, when set, places the online service instead of all CPUs at default shares.
+	online func(all cpuset.CPUSet) plugins.Settings
 	// About says in a few words what the scenario is, for the results.
 	About string
 	// agentConfig is the agent YAML of a tidal variant (a CPU mechanism other than the default).
@@ -61,6 +63,14 @@ var scenarios = []scenario{
 		About: "as static-idle with a fixed CFS quota of 400m, no agent: tidal's quota mechanism lending 400m, without the agent",
 		offline: func(all cpuset.CPUSet) plugins.Settings {
 			return plugins.Settings{CPUs: upperHalf(all), CPUIdle: plugins.On, CPUQuota: 400}
+		}},
+	{Name: "online-alone-lower", Online: true, diagnostic: true,
+		About:  "the online service alone, pinned to the lower half of the CPUs: split's latency baseline",
+		online: lowerHalfOnline},
+	{Name: "split", Online: true, Offline: true, diagnostic: true,
+		About:  "online pinned to the lower half of the CPUs, offline (default shares) to the upper half, no agent: separate cores, sharing only what lies beyond them",
+		online: lowerHalfOnline, offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
 		}},
 	{Name: "tidal", Online: true, Offline: true, Tidal: true, About: "tidal agent with its defaults: online shared tier, offline reclaimed tier"},
 	{Name: "tidal-absolute", Online: true, Offline: true, Tidal: true,
@@ -140,4 +150,14 @@ func scenarioByName(name string) (scenario, bool) {
 		}
 	}
 	return scenario{}, false
+}
+
+// lowerHalfOnline places the online service on the CPUs upperHalf leaves out (all of them if
+// there is only one), at default shares.
+func lowerHalfOnline(all cpuset.CPUSet) plugins.Settings {
+	cpus := all.Difference(upperHalf(all))
+	if cpus.IsEmpty() {
+		cpus = all
+	}
+	return plugins.Settings{CPUs: cpus, CPUShares: defaultShares}
 }
