@@ -55,11 +55,12 @@ func TestInVM(t *testing.T) {
 cp /mnt/cgroupv2.test /mnt/tidal /tmp/ || exit 1
 export %s=1 TIDAL_BIN=/tmp/tidal TMPDIR=/tmp HOME=/tmp
 %s
-/tmp/cgroupv2.test -test.v -test.count=1 -test.timeout=20m -test.run '%s' 2>&1 | tee /tmp/suite.out
+%s/tmp/cgroupv2.test -test.v -test.count=1 -test.timeout=20m -test.run '%s' 2>&1 | tee /tmp/suite.out
 status=$?
+kill $quiet_dump
 cp /tmp/suite.out /mnt/suite.out
 exit $status
-`, inVMEnv, record, run)
+`, inVMEnv, record, vm.QuietDump("/tmp/suite.out", 4*time.Minute), run)
 	res := vm.Boot(t, tools, vm.Spec{
 		Files:     map[string]string{"cgroupv2.test": suite, "tidal": tidal},
 		Script:    script,
@@ -68,7 +69,8 @@ exit $status
 		DiskMiB:   64,
 		Timeout:   25 * time.Minute,
 		// Every test prints at least its result within a few minutes; the guest's own
-		// -test.timeout prints a panic. Silence for longer is a hung guest.
+		// -test.timeout prints a panic. Silence for longer is a hung guest: after 4 minutes
+		// of it the guest dumps its kernel's view (QuietDump), 8 more stop it.
 		Stall:     8 * time.Minute,
 		RetryHung: true,
 	})

@@ -233,6 +233,33 @@ func Run(ctx context.Context, tools Tools, dir string, spec Spec) (*Result, erro
 	return res, nil
 }
 
+// QuietDump is a shell snippet for Spec.Script: it starts a watcher in the guest's background,
+// its PID in $quiet_dump, that once file has not grown for quiet dumps the kernel's blocked
+// tasks and every CPU's stack to the console (sysrq w and l), once per silence. A step that
+// hangs for good then leaves the guest kernel's view of the hang in the console before the
+// host's Spec.Stall stops the VM (give Stall room beyond quiet: the dump is console output
+// too). Kill $quiet_dump when the watched step ends.
+func QuietDump(file string, quiet time.Duration) string {
+	secs := max(int(quiet/time.Second), 1)
+	poll := max(secs/8, 1)
+	return fmt.Sprintf(`(last=-1; still=0; dumped=0
+while sleep %[3]d; do
+	size=$(stat -c %%s %[1]s 2>/dev/null || echo 0)
+	if [ "$size" != "$last" ]; then last=$size; still=0; dumped=0; continue; fi
+	still=$((still + %[3]d))
+	if [ $still -ge %[2]d ] && [ $dumped = 0 ]; then
+		echo "vm: no output in %[1]s for ${still}s: the guest kernel's blocked tasks and CPU stacks follow"
+		dmesg -n 7
+		echo 1 >/proc/sys/kernel/sysrq
+		echo w >/proc/sysrq-trigger
+		echo l >/proc/sysrq-trigger
+		dumped=1
+	fi
+done) &
+quiet_dump=$!
+`, file, secs, poll)
+}
+
 // watchStall stops the run (through stop) once the console file has not grown for stall.
 func watchStall(ctx context.Context, console string, stall time.Duration, stop context.CancelCauseFunc) {
 	tick := time.NewTicker(max(min(stall/10, 5*time.Second), 10*time.Millisecond))

@@ -84,3 +84,28 @@ func TestSilentVMStoppedAsHung(t *testing.T) {
 		t.Errorf("stopped after %v: the stall watchdog did not act before the timeout", took)
 	}
 }
+
+// A step that goes quiet leaves the guest kernel's view of it on the console (QuietDump):
+// the blocked tasks and every CPU's stack, once per silence, and nothing while it writes.
+func TestQuietDumpShowsTheGuestKernelsView(t *testing.T) {
+	tools := vm.Need(t)
+	script := "echo writing >/tmp/step.out\n" + vm.QuietDump("/tmp/step.out", 6*time.Second) +
+		"for i in 1 2 3 4 5 6; do sleep 2; echo $i >>/tmp/step.out; done\n" + // writing: no dump
+		"sleep 20\n" + // quiet for longer than 6 s: one dump
+		"kill $quiet_dump\necho step over\n"
+	res, err := vm.Run(context.Background(), tools, t.TempDir(), vm.Spec{Script: script, Timeout: 3 * time.Minute})
+	if err != nil {
+		t.Fatalf("VM: %v", err)
+	}
+	if res.ExitCode != 0 || !strings.Contains(res.Console, "step over") {
+		t.Fatalf("exit code %d; console:\n%s", res.ExitCode, res.Console)
+	}
+	if n := strings.Count(res.Console, "vm: no output in /tmp/step.out"); n != 1 {
+		t.Errorf("%d dumps, want one for the one silence; console:\n%s", n, res.Console)
+	}
+	for _, want := range []string{"Show Blocked State", "Show backtrace of all active CPUs", "Call Trace"} {
+		if !strings.Contains(res.Console, want) {
+			t.Errorf("the console lacks %q; console:\n%s", want, res.Console)
+		}
+	}
+}
