@@ -168,7 +168,9 @@ func (r *scenarioRun) driveDay(ctx context.Context, addr string) (d day, err err
 		if d.loadgen, err = r.startLoadgen(addr); err != nil {
 			return d, err
 		}
-		if err := d.loadgen.wait(r.b.opts.day+drainSlack, ctx.Done()); err != nil {
+		oracle := r.startOracle(ctx)
+		err := d.loadgen.wait(r.b.opts.day+drainSlack, ctx.Done())
+		if err = errors.Join(err, oracle()); err != nil {
 			return d, err
 		}
 	} else if !sleepCtx(ctx, r.b.opts.day) {
@@ -375,4 +377,39 @@ func freeLoopbackAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// startOracle runs a scenario's oracle beside the day: at the start of each phase it writes
+// the phase's settings. stop ends it and returns its first write error.
+func (r *scenarioRun) startOracle(ctx context.Context) (stop func() error) {
+	if r.sc.oracle == nil {
+		return func() error { return nil }
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		var at time.Duration
+		for _, p := range r.server.phases(r.b.opts) {
+			if !sleepCtx(ctx, max(at-time.Since(start), 0)) {
+				errc <- nil
+				return
+			}
+			for _, step := range r.sc.oracle(r.b.cpus, p.Name) {
+				for i := range step {
+					step[i].Path = r.sub(step[i].Path)
+				}
+				if err := r.b.writer.Apply(step); err != nil {
+					errc <- fmt.Errorf("oracle at %s: %w", p.Name, err)
+					return
+				}
+			}
+			at += p.Duration
+		}
+		errc <- nil
+	}()
+	return func() error {
+		cancel()
+		return <-errc
+	}
 }

@@ -17,6 +17,10 @@ type scenario struct {
 	offline func(all cpuset.CPUSet) plugins.Settings
 	// online, when set, places the online service instead of all CPUs at default shares.
 	online func(all cpuset.CPUSet) plugins.Settings
+	// oracle, when set, moves the online service and the offline work at the start of each
+	// phase of the day, which it knows ahead as no agent can: the settings of the run's
+	// cgroups for that phase, written in order.
+	oracle func(all cpuset.CPUSet, phase string) [][]plugins.Cgroup
 	// About says in a few words what the scenario is, for the results.
 	About string
 	// agentConfig is the agent YAML of a tidal variant (a CPU mechanism other than the default).
@@ -72,6 +76,12 @@ var scenarios = []scenario{
 		online: lowerHalfOnline, offline: func(all cpuset.CPUSet) plugins.Settings {
 			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
 		}},
+	{Name: "split-oracle", Online: true, Offline: true, diagnostic: true,
+		About:  "split in the valleys; from the ramp through the spike the online service on every CPU and the offline work held to 10m, switched on the day's own schedule, no agent: lending only cores online work does not run on, with foresight",
+		online: lowerHalfOnline, offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares, CPUQuota: plugins.Unlimited}
+		},
+		oracle: splitOracle},
 	{Name: "tidal", Online: true, Offline: true, Tidal: true, About: "tidal agent with its defaults: online shared tier, offline reclaimed tier"},
 	{Name: "tidal-absolute", Online: true, Offline: true, Tidal: true,
 		agentConfig: "interference:\n  shared:\n    runQueueWaitOverBaseline: 0\n",
@@ -160,4 +170,24 @@ func lowerHalfOnline(all cpuset.CPUSet) plugins.Settings {
 		cpus = all
 	}
 	return plugins.Settings{CPUs: cpus, CPUShares: defaultShares}
+}
+
+// oracleHeldMilliCPU is what split-oracle leaves the offline work while online work has every
+// CPU: the least CFS quota the kernel takes (1 ms a 100 ms period).
+const oracleHeldMilliCPU = 10
+
+// splitOracle is split-oracle's schedule: in the valleys the online service on the lower half
+// of the CPUs and the offline work unlimited on the upper half; otherwise the offline work held
+// first, then the online service widened to every CPU (and back the other way round).
+func splitOracle(all cpuset.CPUSet, phase string) [][]plugins.Cgroup {
+	online := func(cpus cpuset.CPUSet) []plugins.Cgroup {
+		return []plugins.Cgroup{{Path: "online", Settings: plugins.Settings{CPUs: cpus}}}
+	}
+	offline := func(quota int64) []plugins.Cgroup {
+		return []plugins.Cgroup{{Path: "offline", Settings: plugins.Settings{CPUQuota: quota}}}
+	}
+	if phase == "valley" || phase == "valley2" {
+		return [][]plugins.Cgroup{online(lowerHalfOnline(all).CPUs), offline(plugins.Unlimited)}
+	}
+	return [][]plugins.Cgroup{offline(oracleHeldMilliCPU), online(all)}
 }
