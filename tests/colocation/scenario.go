@@ -55,9 +55,7 @@ var scenarios = []scenario{
 			return plugins.Settings{CPUs: all, CPUIdle: plugins.On}
 		}},
 	{Name: "static", Online: true, Offline: true, About: "offline pinned to a fixed half of the CPUs (online unpinned)",
-		offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
-		}},
+		offline: upperHalfOffline},
 	{Name: "static-idle", Online: true, Offline: true, diagnostic: true,
 		About: "offline under cpu.idle 1, pinned to the upper half of the CPUs, no agent: tidal's reclaimed pool while it lends under a CPU, without its quota",
 		offline: func(all cpuset.CPUSet) plugins.Settings {
@@ -73,9 +71,7 @@ var scenarios = []scenario{
 		online: lowerHalfOnline},
 	{Name: "split", Online: true, Offline: true, diagnostic: true,
 		About:  "online pinned to the lower half of the CPUs, offline (default shares) to the upper half, no agent: separate cores, sharing only what lies beyond them",
-		online: lowerHalfOnline, offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
-		}},
+		online: lowerHalfOnline, offline: upperHalfOffline},
 	{Name: "split-oracle", Online: true, Offline: true, diagnostic: true,
 		About:  "split in the valleys; from the ramp through the spike the online service on every CPU and the offline work held to 10m, switched on the day's own schedule, no agent: lending only cores online work does not run on, with foresight",
 		online: lowerHalfOnline, offline: func(all cpuset.CPUSet) plugins.Settings {
@@ -160,6 +156,11 @@ func scenarioByName(name string) (scenario, bool) {
 		}
 	}
 	return scenario{}, false
+}
+
+// upperHalfOffline places the offline work on the upper half of the CPUs at default shares.
+func upperHalfOffline(all cpuset.CPUSet) plugins.Settings {
+	return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
 }
 
 // lowerHalfOnline places the online service on the CPUs upperHalf leaves out (all of them if
