@@ -75,7 +75,9 @@ var scenarios = []scenario{
 	{Name: "split-oracle", Online: true, Offline: true, diagnostic: true,
 		About:  "split in the valleys; from the ramp through the spike the online service on every CPU and the offline work held to 10m, switched on the day's own schedule, no agent: lending only cores online work does not run on, with foresight",
 		online: lowerHalfOnline, offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares, CPUQuota: plugins.Unlimited}
+			s := upperHalfOffline(all)
+			s.CPUQuota = plugins.Unlimited // the oracle sets and lifts it
+			return s
 		},
 		oracle: splitOracle},
 	{Name: "tidal", Online: true, Offline: true, Tidal: true, About: "tidal agent with its defaults: online shared tier, offline reclaimed tier"},
