@@ -242,11 +242,13 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		starvationMeter: interference.NewMeter(procDir, layout),
 		poolHold:        poolHold{},
 	}
-	a.mech, a.mechChoice = cfg.CPU.Mechanism, "set by cpu.mechanism"
+	a.setMechanismLocked(cfg.CPU.Mechanism)
+	a.mechChoice = "set by cpu.mechanism"
 	if cfg.CPU.Mechanism == config.MechanismAuto {
 		m := cfg.CPU.AutoMechanism
 		a.chooser = mechanism.New(mechanism.Config{Candidates: m.CandidateList(), Trial: m.Trial, Rounds: m.Rounds, Every: m.Every, Tie: mechanismTie})
-		a.mech, a.mechChoice = a.chooser.Current(), "auto: "+a.chooser.Reason()
+		a.setMechanismLocked(a.chooser.Current())
+		a.mechChoice = "auto: " + a.chooser.Reason()
 	}
 	a.memoryPolicy = memoryResource(cfg.Memory)
 	a.policy = a.policy.With(a.memoryPolicy)

@@ -247,23 +247,45 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 		if _, err := fmt.Sscanf(grown, "%d %d", &quota, &period); err != nil || quota < 240000 || quota > 242500 {
 			t.Fatalf("reclaimed quota %q after growing, want about 242000 100000", grown)
 		}
-	} else if grown != "0-2" {
+	} else if cores := mechanism == plugins.MechanismCores; !cores && grown != "0-2" {
 		t.Fatalf("reclaimed pool %q after growing, want 0-2 (ceil of 2420m)", grown)
+	} else if cores && grown != "1-2" {
+		t.Fatalf("reclaimed pool %q after growing, want 1-2 (2420m in whole cores, highest first)", grown)
 	}
 	if q := h.read("tidal/reclaimed", "cpu.max"); mechanism != plugins.MechanismQuota && q != "max 100000" {
 		t.Errorf("reclaimed quota %q under the %s mechanism, want none", q, mechanism)
 	}
+	// Under cores online work gives up the lent cores; under the others it keeps them all.
+	wantOnline := map[bool]string{true: "0", false: "0-2"}[mechanism == plugins.MechanismCores]
+	for _, tier := range []string{"tidal/shared", "tidal/system"} {
+		if got := h.read(tier, "cpuset.cpus"); got != wantOnline {
+			t.Errorf("%s cpuset %q while lending, want %s", tier, got, wantOnline)
+		}
+	}
 
 	// An online spike: the fast path's narrow write cuts the reclaimed pool's cpuset (of the
 	// tier and its workload) and with the quota mechanism the tier's quota, nothing else.
+	// Under cores the 100m left is less than a core: the quota holds it on a CPU online work
+	// gets back, with the others, in the online tiers' cpusets.
 	writes := a.writer.Stats().Writes
 	a.spike(time.Now(), 2900, 0)
 	if got, want := limit(), map[bool]string{true: "10000 100000", false: "2"}[mechanism == plugins.MechanismQuota]; got != want {
 		t.Errorf("reclaimed limit %q after the spike, want %q", got, want)
 	}
 	wantWrites := map[string]uint64{"cpuset.cpus": 2}
-	if mechanism == plugins.MechanismQuota {
+	switch mechanism {
+	case plugins.MechanismQuota:
 		wantWrites["cpu.quota"] = 1
+	case plugins.MechanismCores:
+		wantWrites["cpu.quota"], wantWrites["cpuset.cpus"] = 1, 4
+		if q := h.read("tidal/reclaimed", "cpu.max"); q != "10000 100000" {
+			t.Errorf("reclaimed quota %q under cores with less than a core lent, want 10000 100000", q)
+		}
+		for _, tier := range []string{"tidal/shared", "tidal/system"} {
+			if got := h.read(tier, "cpuset.cpus"); got != "0-2" {
+				t.Errorf("%s cpuset %q after the cut, want 0-2 (the cores handed back)", tier, got)
+			}
+		}
 	}
 	for knob, n := range a.writer.Stats().Writes {
 		if d := n - writes[knob]; d != wantWrites[knob] {

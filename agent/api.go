@@ -211,7 +211,7 @@ func (a *Agent) nodeStatus(snap state.Snapshot, forWorkloads bool) (s reporter.S
 	for _, np := range a.pools {
 		s.Pools = append(s.Pools, reporter.Pool{
 			NUMANode: np.Node, System: np.System.String(), Dedicated: np.Dedicated.String(),
-			Shared: np.Shared.String(), Reclaimed: np.Reclaimed.String(),
+			Shared: np.Shared.String(), Reclaimed: np.Reclaimed.String(), Online: np.OnlineCPUs().String(), Exclusive: np.Exclusive,
 			LentMilliCPU: plan.ReclaimedMilliCPU[np.Node], OnlineMilliCPU: a.online[np.Node],
 			Control: a.controlStatusLocked(np.Node, plan.ReclaimedMilliCPU[np.Node]),
 		})

@@ -149,7 +149,8 @@ func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) {
 // (tidal's tier and everything under it, reclaimed pods and their containers), from the
 // current plan, without the full pass's other writes and without waiting for it (a pass
 // writing meanwhile stops at its next cgroup and hands over the writer): the reclaimed pool's
-// cpuset and, with the quota mechanism, the CFS quotas.
+// cpuset and, with the quota mechanism, the CFS quotas. Under the cores mechanism a cut hands
+// cores back to online work, so the online cgroups' cpusets follow, after the quota.
 func (a *Agent) writeReclaimedLimits() {
 	// One at a time, from plan to write: the fast loop, the interference loop, the PSI
 	// trigger and a full pass may all call this at once, and a caller that read an older,
@@ -174,9 +175,12 @@ func (a *Agent) writeReclaimedLimits() {
 			reclaimedPods = append(reclaimedPods, r.Cgroup)
 		}
 	}
-	var quotas, narrow []plugins.Cgroup
+	var quotas, narrow, online []plugins.Cgroup
 	for _, c := range a.desired(snap, node, plan).Cgroups() {
 		if !within(c.Path, reclaimedTier) && !slices.ContainsFunc(reclaimedPods, func(p string) bool { return within(c.Path, p) }) {
+			if node.ReclaimedCPU == plugins.MechanismCores && !c.Settings.CPUs.IsEmpty() {
+				online = append(online, plugins.Cgroup{Path: c.Path, Foreign: c.Foreign, Settings: plugins.Settings{CPUs: c.Settings.CPUs}})
+			}
 			continue
 		}
 		if c.Settings.CPUQuota != 0 {
@@ -188,7 +192,7 @@ func (a *Agent) writeReclaimedLimits() {
 	}
 	// Quotas first: one write on the tier holds all reclaimed work below it at once, where
 	// cpusets on v1 must narrow child by child before their parent may.
-	if err := errors.Join(a.writer.ApplyUrgent(quotas), a.writer.ApplyUrgent(narrow)); err != nil {
+	if err := errors.Join(a.writer.ApplyUrgent(quotas), a.writer.ApplyUrgent(narrow), a.writer.ApplyUrgent(online)); err != nil {
 		a.log.Error("fast path cgroup write failed", "err", err)
 	}
 	a.mu.Lock()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 )
 
@@ -123,6 +124,17 @@ func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools) bool {
 		return false
 	}
 	a.actionLocked("mechanism", "auto", fmt.Sprintf("reclaimed CPU mechanism %s -> %s (%s)", a.mech, m, a.chooser.Reason()))
-	a.mech = m
+	a.setMechanismLocked(m)
 	return true
+}
+
+// setMechanismLocked makes m the cpu.mechanism in effect. Under cores the advisor lends in
+// whole cores: reclaimed work gets only cores online work does not run on.
+func (a *Agent) setMechanismLocked(m string) {
+	a.mech = m
+	var core int64
+	if m == string(plugins.MechanismCores) {
+		core = cpu.CoreMilliCPU(a.topo)
+	}
+	a.advisor.LendWholeCores(core, a.cfg.CPU.CoreUtilization)
 }

@@ -357,7 +357,7 @@ func (a *Agent) writtenPlanLocked(now time.Time, snap state.Snapshot) advisor.Pl
 // samePoolCPUs reports whether two pool layouts put the same CPUs in every pool.
 func samePoolCPUs(x, y plugins.Pools) bool {
 	return x.System().Equals(y.System()) && x.Dedicated().Equals(y.Dedicated()) &&
-		x.Shared().Equals(y.Shared()) && x.Reclaimed().Equals(y.Reclaimed())
+		x.Shared().Equals(y.Shared()) && x.Reclaimed().Equals(y.Reclaimed()) && x.Online().Equals(y.Online())
 }
 
 // restore rebuilds the registry after a start or restart from the checkpoint and the cgroups

@@ -40,15 +40,21 @@ func (h poolHold) sizing(now time.Time, lent, poolCPUs map[int]int64, hold time.
 }
 
 // computePoolsLocked sizes the pools for what is lent, holding a reclaimed pool's CPUs as
-// poolHold says when the quota is what holds reclaimed work.
+// poolHold says when the quota is what holds reclaimed work. Under the cores mechanism a node
+// that lends whole cores gets them to itself.
 func (a *Agent) computePoolsLocked(now time.Time, snap state.Snapshot, lent map[int]int64) plugins.Pools {
+	m := a.mechanism()
 	hold := a.cfg.CPU.PoolShrinkAfter
-	if a.mechanism() != plugins.MechanismQuota {
+	if m != plugins.MechanismQuota {
 		hold = 0 // the cpuset is what holds reclaimed work: narrow it at once
 	}
 	poolCPUs := map[int]int64{}
 	for _, np := range a.pools {
 		poolCPUs[np.Node] = int64(np.Reclaimed.Size())
 	}
-	return cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, a.poolHold.sizing(now, lent, poolCPUs, hold))
+	pools := cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, a.poolHold.sizing(now, lent, poolCPUs, hold))
+	if m == plugins.MechanismCores {
+		pools = cpu.ExclusiveCores(a.topo, pools, lent)
+	}
+	return pools
 }

@@ -43,7 +43,8 @@ type Node struct {
 
 // CPUMechanism is how the reclaimed tier is held to the CPU it is lent. Every mechanism
 // confines reclaimed work to the reclaimed pool's CPUs (ceil(lent) of the shared ones); they
-// differ in how it yields to online work on those CPUs. Which protects online latency best
+// differ in how it yields to online work on those CPUs, or (cores) in whether online work
+// runs there at all. Which protects online latency best
 // differs between machines and workloads (docs/benchmark.md has the figures behind the default).
 type CPUMechanism string
 
@@ -56,11 +57,16 @@ const (
 	// MechanismQuota: the idle class (or shares 2) and a CFS quota of exactly what is lent.
 	// Throttling reclaimed work this way hurt online tail latency on some machines.
 	MechanismQuota CPUMechanism = "quota"
+	// MechanismCores: whole cores, taken out of online work's cpusets, at the idle class
+	// without a quota: online and reclaimed work never share a core. Lending is whole cores
+	// (the advisor rounds it down); a NUMA node that lends less than one core lends it as
+	// quota does, on a CPU online work keeps.
+	MechanismCores CPUMechanism = "cores"
 )
 
 // CPUMechanisms lists the mechanisms, for config validation and docs.
 func CPUMechanisms() []CPUMechanism {
-	return []CPUMechanism{MechanismIdle, MechanismShares, MechanismQuota}
+	return []CPUMechanism{MechanismIdle, MechanismShares, MechanismQuota, MechanismCores}
 }
 
 // Decision is what one workload (a pod, a container, a `tidal run` process) gets.

@@ -73,6 +73,10 @@ type Pool struct {
 	Dedicated string `json:"dedicated"`
 	Shared    string `json:"shared"`
 	Reclaimed string `json:"reclaimed"`
+	// Online is where online work runs: the shared CPUs, less the reclaimed ones when they
+	// are Exclusive (whole cores of their own, the cores mechanism).
+	Online    string `json:"online"`
+	Exclusive bool   `json:"exclusive"`
 	// LentMilliCPU is the CPU lent on this node (the reclaimed pool's quota share).
 	LentMilliCPU int64 `json:"lentMilliCPU"`
 	// OnlineMilliCPU is online work's latest usage of the shared pool.
@@ -214,7 +218,11 @@ func WriteText(w io.Writer, s Status) error {
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "NUMA\tSYSTEM\tDEDICATED\tSHARED\tRECLAIMED\tLENT\tONLINE USE")
 	for _, p := range s.Pools {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%dm\t%dm\n", p.NUMANode, dash(p.System), dash(p.Dedicated), dash(p.Shared), dash(p.Reclaimed), p.LentMilliCPU, p.OnlineMilliCPU)
+		reclaimed := dash(p.Reclaimed)
+		if p.Exclusive {
+			reclaimed += " (own cores; online on " + p.Online + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%dm\t%dm\n", p.NUMANode, dash(p.System), dash(p.Dedicated), dash(p.Shared), reclaimed, p.LentMilliCPU, p.OnlineMilliCPU)
 	}
 	for _, p := range s.Pools {
 		writeControl(tw, p)

@@ -131,6 +131,10 @@ type CPU struct {
 	// SpikeThreshold: the fast path fires when online usage exceeds this
 	// fraction of the CPU online work has not lent out.
 	SpikeThreshold float64 `yaml:"spikeThreshold"`
+	// CoreUtilization: under the cores mechanism online work runs on the cores it keeps,
+	// where its queue grows fast with load; it keeps enough that its peak use is at most
+	// this share of them, and the fast path hands a core back when its use crosses it.
+	CoreUtilization float64 `yaml:"coreUtilization"`
 	// PoolShrinkAfter: under the quota mechanism, the reclaimed pool keeps its CPUs this long
 	// after lending fell within fewer of them; the quota takes the CPU time back at once.
 	// Narrowing the pool rewrites the cpuset of every reclaimed cgroup, milliseconds of kernel
@@ -387,6 +391,7 @@ func Default() Config {
 			PeakWindow:           30 * time.Second,
 			LimitWindow:          5 * time.Second,
 			SpikeThreshold:       0.8,
+			CoreUtilization:      0.5,
 			PoolShrinkAfter:      0,
 			// Measured (docs/benchmark.md#quota-on-cut): on this kind of machine the quota
 			// only from a cut lent 1.25-1.8x the always-on quota's offline work with online

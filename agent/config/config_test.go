@@ -61,6 +61,7 @@ cpu:
   growStepMilliCPU: 1000
   peakWindow: 1m
   spikeThreshold: 1
+  coreUtilization: 0.6
   mechanism: auto
   quotaAfterCut: 3s
   autoMechanism:
@@ -171,6 +172,7 @@ func fullExampleConfig() Config {
 			PeakWindow:           time.Minute,
 			LimitWindow:          5 * time.Second,
 			SpikeThreshold:       1,
+			CoreUtilization:      0.6,
 			Mechanism:            "auto",
 			QuotaAfterCut:        3 * time.Second,
 			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3},
@@ -361,7 +363,7 @@ func TestLoadNamesFile(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, interference, memory, io, loops, eviction, status, arbiter, kubernetes, hooks"
-	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, poolShrinkAfter, mechanism, quotaAfterCut, autoMechanism, burstPercent"
+	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, coreUtilization, poolShrinkAfter, mechanism, quotaAfterCut, autoMechanism, burstPercent"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {
 		name string
@@ -452,7 +454,7 @@ func TestErrors(t *testing.T) {
 		{"cross-field with defaults only on the other side", "loops:\n  psiWindow: 10s\n  psiStallThreshold: 11s\n",
 			`tidal.yaml:3: loops.psiStallThreshold: 11s is out of range: want a duration > 0 and <= loops.psiWindow (10s)`},
 		{"unknown auto candidate", "cpu:\n  autoMechanism:\n    candidates: quota,fast\n",
-			`tidal.yaml:3: cpu.autoMechanism.candidates: "quota,fast" is not allowed: want a comma-separated list of distinct mechanisms (idle, shares, quota, quota-on-cut), such as "quota,idle"`},
+			`tidal.yaml:3: cpu.autoMechanism.candidates: "quota,fast" is not allowed: want a comma-separated list of distinct mechanisms (idle, shares, quota, cores, quota-on-cut), such as "quota,idle"`},
 		{"baseline factor under 1", "interference:\n  shared:\n    runQueueWaitOverBaseline: 0.5\n",
 			`tidal.yaml:3: interference.shared.runQueueWaitOverBaseline: 0.5 is out of range: want 0 (off) or a number in [1, 100] (times the workload's own run-queue wait with nothing lent)`},
 		{"baseline shorter than 3 readings", "interference:\n  interval: 1s\n  baselineFor: 2s\n",
@@ -513,7 +515,7 @@ loops:
 	want := []string{
 		`tidal.yaml:2: logLevel: "loud" is not allowed: want one of debug, info, warn, error`,
 		`tidal.yaml:4: cpu.spikeThreshold: 0 is out of range: want a number in (0, 1]`,
-		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, poolShrinkAfter, mechanism, quotaAfterCut, autoMechanism, burstPercent`,
+		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, coreUtilization, poolShrinkAfter, mechanism, quotaAfterCut, autoMechanism, burstPercent`,
 		`tidal.yaml:6: cpu.peakWindow: 10 is not a duration (a unit is required): want a duration >= 1s, such as "30s"`,
 		`tidal.yaml:8: memory.growStepBytes: "12X" is not a valid size (unknown suffix "X"): want a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`,
 		`tidal.yaml:10: loops.fastInterval: 5s is out of range: want a duration >= 1ms and < loops.slowInterval (1s)`,

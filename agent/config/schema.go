@@ -197,6 +197,8 @@ var schema = []*entry{
 			`a duration >= 1s, such as "5s"`, atLeast(time.Second)),
 		leaf("spikeThreshold", kindFloat, func(c *Config) *float64 { return &c.CPU.SpikeThreshold },
 			"a number in (0, 1]", inRange(0, 1, true)),
+		leaf("coreUtilization", kindFloat, func(c *Config) *float64 { return &c.CPU.CoreUtilization },
+			"a number in (0, 1]", inRange(0, 1, true)),
 		leaf("poolShrinkAfter", kindDuration, func(c *Config) *time.Duration { return &c.CPU.PoolShrinkAfter },
 			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
 		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },

@@ -162,3 +162,55 @@ func TestMemorylessNodeIsNoMemoryNode(t *testing.T) {
 		t.Errorf("mems %s with no node's memory known, want 0-1", got)
 	}
 }
+
+// Under the cores mechanism a node that lends a whole core or more gets whole cores of its
+// own, taken out of where online work runs, never the last one; a node that lends less keeps
+// a pool shared with online work, held by the quota.
+func TestExclusiveCores(t *testing.T) {
+	topo := twoNodes()
+	if got := CoreMilliCPU(topo); got != 2000 {
+		t.Fatalf("a core of two threads is %dm, want 2000m", got)
+	}
+	lent := map[int]int64{0: 2500, 1: 3900}
+	pools := ExclusiveCores(topo, ComputePools(topo, cpuset.New(0), cpuset.New(), lent), lent)
+	// Node 0: CPU 0 reserved, shared 1,4,5; its one whole core (1,5) would leave online work
+	// less than a core, so the pool is shared.
+	if np := pools[0]; np.Exclusive || !np.OnlineCPUs().Equals(np.Shared) {
+		t.Errorf("node 0 pool %+v exclusive, want shared (one whole core left)", np)
+	}
+	// Node 1: 3900m fits one core of two threads (the highest, 3,7), and online keeps 2,6.
+	if np := pools[1]; !np.Exclusive || !np.Reclaimed.Equals(cpuset.New(3, 7)) || !np.OnlineCPUs().Equals(cpuset.New(2, 6)) {
+		t.Errorf("node 1 pool reclaimed %s (exclusive %v), online %s; want 3,7 exclusive, online 2,6", np.Reclaimed, np.Exclusive, np.OnlineCPUs())
+	}
+	if got := pools.Online(); !got.Equals(cpuset.New(1, 2, 4, 5, 6)) {
+		t.Errorf("online CPUs %s, want 1-2,4-6", got)
+	}
+
+	// Settings: shared work runs where online work does; the quota holds reclaimed work
+	// while some node's pool is shared, and is lifted once every pool is exclusive.
+	n := plugins.Node{CPUs: topo.AllCPUs(), Pools: pools, LentMilliCPU: 6400, ReclaimedCPU: plugins.MechanismCores, Idle: true}
+	var d plugins.Decision
+	Resource{}.Decide(plugins.Workload{Name: "web", Tier: qos.Shared}, n, &d)
+	if !d.Settings.CPUs.Equals(pools.Online()) {
+		t.Errorf("shared workload on %s, want %s", d.Settings.CPUs, pools.Online())
+	}
+	tree := plugins.NewTree("tidal", nil, nil)
+	Resource{}.Fill(tree, n)
+	if q := tree.Tier(qos.Reclaimed).CPUQuota; q != 6400 {
+		t.Errorf("reclaimed tier quota %dm with a shared pool on node 0, want 6400m", q)
+	}
+	lent = map[int]int64{0: 0, 1: 2000}
+	pools = ExclusiveCores(topo, ComputePools(topo, cpuset.New(), cpuset.New(0, 4), lent), lent)
+	if pools.ReclaimedSharesCPUs() {
+		t.Fatalf("pools %+v share CPUs with online work", pools)
+	}
+	n.Pools, n.LentMilliCPU = pools, 2000
+	tree = plugins.NewTree("tidal", nil, nil)
+	Resource{}.Fill(tree, n)
+	if q, idle := tree.Tier(qos.Reclaimed).CPUQuota, tree.Tier(qos.Reclaimed).CPUIdle; q != plugins.Unlimited || idle != plugins.On {
+		t.Errorf("reclaimed tier quota %d, idle %v with every pool exclusive; want no quota, idle", q, idle)
+	}
+	if got := tree.Tier(qos.Shared).CPUs; !got.Equals(cpuset.New(1, 2, 5, 6)) {
+		t.Errorf("shared tier on %s, want 1-2,5-6 (node 1's core 3,7 lent)", got)
+	}
+}

@@ -34,6 +34,48 @@ func ComputePools(topo *topology.Topology, reserved, dedicated cpuset.CPUSet, le
 	return pools
 }
 
+// ExclusiveCores makes each node's reclaimed pool, under the cores mechanism, whole cores
+// that online work does not run on: as many of the shared pool's cores (farthest from system
+// CPUs first) as fit in what the node lends, leaving online work at least one core. A node
+// that lends less than a whole core keeps its pool as ComputePools made it (shared with
+// online work, held by the quota).
+func ExclusiveCores(topo *topology.Topology, pools plugins.Pools, lentMilli map[int]int64) plugins.Pools {
+	out := make(plugins.Pools, len(pools))
+	for i, np := range pools {
+		out[i] = np
+		fit := int(lentMilli[np.Node] / 1000)
+		var cores []int
+		seen := map[int]bool{}
+		for _, c := range farthest(topo, np.Shared, np.Shared.Size()) {
+			sib := topo.CoreSiblings(c)
+			if seen[c] || !sib.IsSubsetOf(np.Shared) {
+				continue
+			}
+			for _, s := range sib.List() {
+				seen[s] = true
+			}
+			if len(cores)+sib.Size() > fit || np.Shared.Size()-len(cores)-sib.Size() < sib.Size() {
+				break
+			}
+			cores = append(cores, sib.List()...)
+		}
+		if len(cores) > 0 {
+			out[i].Reclaimed, out[i].Exclusive = cpuset.New(cores...), true
+		}
+	}
+	return out
+}
+
+// CoreMilliCPU is the CPU of one whole core in millicores (the most threads any core has):
+// what the cores mechanism lends in.
+func CoreMilliCPU(topo *topology.Topology) int64 {
+	threads := 1
+	for _, c := range topo.CPUs {
+		threads = max(threads, topo.CoreSiblings(c.ID).Size())
+	}
+	return int64(threads) * 1000
+}
+
 // farthest picks n CPUs of set, highest core first, keeping a core's threads together.
 func farthest(topo *topology.Topology, set cpuset.CPUSet, n int) []int {
 	ids := set.List()

@@ -53,17 +53,30 @@ func (Resource) Name() string { return "cpu" }
 // at online weight, and the reclaimed tier the reclaimed pool at the lowest priority, capped
 // at what is lent.
 func (Resource) Fill(t *plugins.Tree, n plugins.Node) {
-	allMems, system, shared := n.Pools.Mems(), systemPool(n.Pools), n.Pools.Shared()
+	allMems, system, shared := n.Pools.Mems(), systemPool(n.Pools), n.Pools.Online()
 	*t.Root() = merge(*t.Root(), plugins.Settings{CPUs: n.CPUs, Mems: allMems})
 	*t.Tier(qos.System) = merge(*t.Tier(qos.System), plugins.Settings{CPUs: system, Mems: allMems, CPUShares: sharesSystem})
 	*t.Tier(qos.Dedicated) = merge(*t.Tier(qos.Dedicated), plugins.Settings{CPUs: n.CPUs, Mems: allMems, CPUShares: sharesOnline})
 	*t.Tier(qos.Shared) = merge(*t.Tier(qos.Shared), plugins.Settings{CPUs: shared, Mems: allMems, CPUShares: sharesOnline})
 	reclaimed := plugins.Settings{CPUs: n.Pools.Reclaimed(), Mems: allMems, CPUQuota: plugins.Unlimited, CPUBurst: plugins.BurstOff}
 	reclaimedPriority(&reclaimed, n)
-	if n.ReclaimedCPU == plugins.MechanismQuota {
+	if quotaHolds(n) {
 		reclaimed.CPUQuota = n.LentMilliCPU
 	}
 	*t.Tier(qos.Reclaimed) = merge(*t.Tier(qos.Reclaimed), reclaimed)
+}
+
+// quotaHolds says whether a CFS quota of what is lent holds reclaimed work: under the quota
+// mechanism, and under cores while some node lends less than a whole core (its reclaimed
+// pool shares CPUs with online work).
+func quotaHolds(n plugins.Node) bool {
+	switch n.ReclaimedCPU {
+	case plugins.MechanismQuota:
+		return true
+	case plugins.MechanismCores:
+		return n.Pools.ReclaimedSharesCPUs()
+	}
+	return false
 }
 
 // reclaimedPriority sets the lowest CPU priority the mechanism asks for: the idle class where
@@ -106,7 +119,7 @@ func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision
 			}
 		}
 	case qos.Shared:
-		s.CPUs, s.Mems = n.Pools.Shared(), allMems
+		s.CPUs, s.Mems = n.Pools.Online(), allMems
 		s.CPUQuota = plugins.Unlimited
 		if w.MilliCPU > 0 {
 			s.CPUQuota = w.MilliCPU
@@ -136,7 +149,7 @@ func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision
 // quota above its parent's).
 func reclaimedQuota(w plugins.Workload, n plugins.Node) int64 {
 	lent := plugins.Unlimited
-	if n.ReclaimedCPU == plugins.MechanismQuota {
+	if quotaHolds(n) {
 		lent = n.LentMilliCPU
 	}
 	switch {
@@ -175,12 +188,13 @@ func (r Resource) burst(w plugins.Workload, quota int64) (milli int64, pct int32
 	return quota * int64(pct) / 100, 0
 }
 
-// systemPool is where system work runs: the reserved CPUs, else (none reserved) the shared pool.
+// systemPool is where system work runs: the reserved CPUs, else (none reserved) where online
+// work runs.
 func systemPool(p plugins.Pools) cpuset.CPUSet {
 	if system := p.System(); !system.IsEmpty() {
 		return system
 	}
-	return p.Shared()
+	return p.Online()
 }
 
 // merge returns base with the CPU knobs of add laid over it.

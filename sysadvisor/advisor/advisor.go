@@ -183,6 +183,11 @@ type Advisor struct {
 	// lastCut is when lending was last cut for online work's sake on any NUMA node: by the
 	// fast path, the interference feedback or CPU pressure (not the slow loop following usage).
 	lastCut time.Time
+	// core is the CPU of one whole core when lending is in whole cores (the cores
+	// mechanism), 0 otherwise; coreUtilization the most of the cores it keeps online work
+	// may use then.
+	core            int64
+	coreUtilization float64
 }
 
 // New returns an advisor whose plan lends the minimum until the first fresh sample.
@@ -201,6 +206,30 @@ func (a *Advisor) Init(poolMilliCPU map[int]int64) {
 			a.plan.ReclaimedMilliCPU[node] = a.minCPU(node)
 		}
 	}
+}
+
+// LendWholeCores makes every NUMA node's lending, from one core up, whole cores of coreMilli
+// each (the cores mechanism gives reclaimed work cores of its own, so a fraction would be
+// lent on paper only); 0 lends in millicores again. What is lent now is rounded down at once.
+// Lending under one core, the minimum included, is not rounded: it shares a core.
+//
+// Online work then runs on fewer cores, where its queue grows fast with load: it keeps
+// enough that its peak use is at most utilization (0..1] of them, and a spike over that
+// share cuts (when that is under SpikeThreshold).
+func (a *Advisor) LendWholeCores(coreMilli int64, utilization float64) {
+	a.core, a.coreUtilization = max(coreMilli, 0), utilization
+	for node, cur := range a.plan.ReclaimedMilliCPU {
+		a.plan.ReclaimedMilliCPU[node] = a.wholeCores(node, cur)
+	}
+}
+
+// wholeCores rounds v down to whole cores when lending is in cores and v is at least one,
+// never under the node's minimum.
+func (a *Advisor) wholeCores(node int, v int64) int64 {
+	if a.core <= 0 || v < a.core {
+		return v
+	}
+	return max(v-v%a.core, a.minCPU(node))
 }
 
 // PlannedMilliCPU is the CPU the plan lends over every NUMA node, in millicores, without
@@ -295,6 +324,15 @@ func (a *Advisor) Step(s Sample) []Change {
 			cur = a.minCPU(node)
 		}
 		next, kind := approach(cur, target, a.cfg.GrowStepMilliCPU, cpuDeadband)
+		if a.core > 0 && next >= a.core {
+			// In whole cores a grow is one core, as a grow of less would round to none.
+			if next = a.wholeCores(node, next); kind == "grow" && next <= cur {
+				next = min(cur-cur%a.core+a.core, target)
+			}
+			if next == cur {
+				kind = ""
+			}
+		}
 		if kind != "" {
 			rule := fmt.Sprintf("online peak %dm of pool %dm over %s", peak, ns.PoolMilliCPU, a.limitWindow())
 			if c := a.controller(node); c.CapMilliCPU < a.usageCeiling(node, peak) {
@@ -343,13 +381,25 @@ func approach(cur, target, step, deadband int64) (next int64, kind string) {
 // margins (the usage ceiling), no more than the interference feedback allows, never under
 // the minimum.
 func (a *Advisor) cpuTarget(node int, demand int64) int64 {
-	return max(min(a.usageCeiling(node, demand), a.controller(node).CapMilliCPU), a.minCPU(node))
+	return a.wholeCores(node, max(min(a.usageCeiling(node, demand), a.controller(node).CapMilliCPU), a.minCPU(node)))
 }
 
 // usageCeiling is the pool less the predicted online demand: interference feedback never
 // lends more than this, whatever the indicators say.
 func (a *Advisor) usageCeiling(node int, demand int64) int64 {
-	return min(max(a.pool[node]-a.predict(demand), a.minCPU(node)), a.pool[node])
+	need := a.predict(demand)
+	if a.core > 0 && a.coreUtilization > 0 {
+		need = max(need, int64(float64(demand)/a.coreUtilization))
+	}
+	return min(max(a.pool[node]-need, a.minCPU(node)), a.pool[node])
+}
+
+// spikeThreshold is the share of what online work kept above which a spike cuts.
+func (a *Advisor) spikeThreshold() float64 {
+	if a.core > 0 && a.coreUtilization > 0 {
+		return min(a.cfg.SpikeThreshold, a.coreUtilization)
+	}
+	return a.cfg.SpikeThreshold
 }
 
 // controller is node's feedback state; a node starts uncapped (lending still starts at the
@@ -451,7 +501,7 @@ func (a *Advisor) Interfere(now time.Time, node int, indicators []Indicator) *Ch
 			hold = a.holdAfter(c, now)
 			held = fmt.Sprintf("no growth for %s", hold)
 		}
-		next := max(int64(float64(cur)*a.cfg.Control.Cut), a.minCPU(node))
+		next := a.wholeCores(node, max(int64(float64(cur)*a.cfg.Control.Cut), a.minCPU(node)))
 		c.CapMilliCPU = next
 		if until := now.Add(hold); until.After(c.HeldUntil) {
 			c.HeldUntil = until
@@ -518,7 +568,7 @@ func (a *Advisor) Vouched() Plan {
 		if c := a.ctl[node]; c != nil && c.State == StateBaseline {
 			lent = max(lent, c.resumeMilliCPU)
 		}
-		p.ReclaimedMilliCPU[node] = min(lent, a.usageCeiling(node, peakOf(a.cpu[node])))
+		p.ReclaimedMilliCPU[node] = a.wholeCores(node, min(lent, a.usageCeiling(node, peakOf(a.cpu[node]))))
 	}
 	return p
 }
@@ -576,8 +626,8 @@ func (a *Advisor) Spike(now time.Time, node int, r SpikeRates) *Change {
 	kept := a.pool[node] - cur
 	var why string
 	switch {
-	case float64(r.WindowMilli) > a.cfg.SpikeThreshold*float64(kept):
-		why = fmt.Sprintf("online spike %dm over %v > %.0f%% of the %dm it kept", r.WindowMilli, r.Window, 100*a.cfg.SpikeThreshold, kept)
+	case float64(r.WindowMilli) > a.spikeThreshold()*float64(kept):
+		why = fmt.Sprintf("online spike %dm over %v > %.0f%% of the %dm it kept", r.WindowMilli, r.Window, 100*a.spikeThreshold(), kept)
 	case r.BurstMilli > kept:
 		why = fmt.Sprintf("online burst %dm over %v > the %dm it kept", r.BurstMilli, r.Burst, kept)
 	default:
@@ -603,7 +653,7 @@ func (a *Advisor) SpikeLimits(node int) (windowMilli, burstMilli int64, ok bool)
 		return 0, 0, false
 	}
 	kept := a.pool[node] - cur
-	return int64(a.cfg.SpikeThreshold * float64(kept)), kept, true
+	return int64(a.spikeThreshold() * float64(kept)), kept, true
 }
 
 // record appends a point and drops those older than the window.

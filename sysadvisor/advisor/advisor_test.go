@@ -589,3 +589,49 @@ func TestLastCutCountsCutsForOnlineWorksSake(t *testing.T) {
 		}
 	}
 }
+
+// Under the cores mechanism lending is whole cores from one core up (a grow of less than a
+// core would round to nothing, so it grows a core at a time), online work keeps enough cores
+// that its peak is at most coreUtilization of them, and a spike over that share cuts.
+func TestLendsWholeCores(t *testing.T) {
+	a := New(testConfig())
+	a.LendWholeCores(1000, 0.5)
+	t0 := time.Unix(1000, 0)
+	// Online peak 500m: it keeps max(500 x 1.1 + 200, 500 / 0.5) = 1000m of the 4000m pool.
+	want := []int64{350, 600, 850, 1000, 2000, 3000, 3000}
+	for i, w := range want {
+		a.Step(sample(t0, i, 500))
+		if got := a.Plan().ReclaimedMilliCPU[0]; got != w {
+			t.Fatalf("pass %d lends %dm, want %dm (whole cores from one up)", i+1, got, w)
+		}
+	}
+	if v := a.Vouched().ReclaimedMilliCPU[0]; v != 3000 {
+		t.Errorf("vouches for %dm, want 3000m", v)
+	}
+	// Online kept 1000m: 50% of it (under the 80% spikeThreshold) is where a spike begins.
+	if window, _, _ := a.SpikeLimits(0); window != 500 {
+		t.Errorf("spike limit %dm, want 500m (coreUtilization of the 1000m kept)", window)
+	}
+	// 700m: it keeps max(970, 1400) -> 2600m, rounded down to two cores.
+	if ch := a.Spike(t0.Add(10*time.Second), 0, SpikeRates{WindowMilli: 700}); ch == nil {
+		t.Fatal("a spike over half of what online work kept cut nothing")
+	}
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 2000 {
+		t.Fatalf("after the spike lends %dm, want 2000m", got)
+	}
+	// A cut under a core is not rounded: that lending shares a core, held by the quota.
+	a.Interfere(t0.Add(11*time.Second), 0, []Indicator{{Name: "run-queue wait", Value: 2, Target: 1}})
+	a.Interfere(t0.Add(12*time.Second), 0, []Indicator{{Name: "run-queue wait", Value: 2, Target: 1}})
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 500 {
+		t.Fatalf("after two cuts by half lends %dm, want 500m (2000 -> 1000 -> 500)", got)
+	}
+	// Back to millicores: the next grow is a step, not a core.
+	a.LendWholeCores(0, 0)
+	a.Step(sample(t0, 30, 500))
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 500 {
+		t.Errorf("held after a cut, yet lends %dm", got)
+	}
+	if window, _, _ := a.SpikeLimits(0); window != int64(0.8*3500) {
+		t.Errorf("spike limit %dm in millicores, want %dm", window, int64(0.8*3500))
+	}
+}

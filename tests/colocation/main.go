@@ -19,12 +19,15 @@
 //	tidal-idle      tidal with cpu.mechanism idle
 //	tidal-quota     tidal with cpu.mechanism quota (the quota at all times, the default before)
 //	tidal-shares    tidal with cpu.mechanism shares
+//	tidal-cores     tidal with cpu.mechanism cores (whole cores of their own, handed back on a cut)
 //
 // and diagnostics, run only when -scenarios names them: two that take tidal's reclaimed pool
 // apart without the agent, and what-ifs of a setting:
 //
 //	static-idle        offline under cpu.idle 1, pinned to the upper half of the CPUs
 //	static-idle-quota  the same with a fixed CFS quota of 400m
+//	online-alone-lower, split, split-idle, split-oracle: the online service and the offline
+//	                   work on separate halves of the CPUs (docs/benchmark.md#sharing-a-core)
 //	tidal-long-hold    tidal with interference.holdAfterFirstCut 10s (the default before 2.5s)
 //	tidal-pool-hold    tidal with cpu.poolShrinkAfter 10s
 //	tidal-pool-hold-3s tidal with cpu.poolShrinkAfter 3s

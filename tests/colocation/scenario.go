@@ -72,6 +72,11 @@ var scenarios = []scenario{
 	{Name: "split", Online: true, Offline: true, diagnostic: true,
 		About:  "online pinned to the lower half of the CPUs, offline (default shares) to the upper half, no agent: separate cores, sharing only what lies beyond them",
 		online: lowerHalfOnline, offline: upperHalfOffline},
+	{Name: "split-idle", Online: true, Offline: true, diagnostic: true,
+		About:  "as split with the offline work under cpu.idle 1: tidal's cores mechanism lending one core, without the agent",
+		online: lowerHalfOnline, offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: upperHalf(all), CPUIdle: plugins.On}
+		}},
 	{Name: "split-oracle", Online: true, Offline: true, diagnostic: true,
 		About:  "split in the valleys; from the ramp through the spike the online service on every CPU and the offline work held to 10m, switched on the day's own schedule, no agent: lending only cores online work does not run on, with foresight",
 		online: lowerHalfOnline, offline: func(all cpuset.CPUSet) plugins.Settings {
@@ -99,6 +104,8 @@ var scenarios = []scenario{
 		About: "tidal with cpu.mechanism quota: the idle class and a CFS quota of what is lent at all times (the default before quota-on-cut)"},
 	{Name: "tidal-shares", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: shares\n",
 		About: "tidal with cpu.mechanism shares: cpu.shares 2 instead of the idle class"},
+	{Name: "tidal-cores", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: cores\n",
+		About: "tidal with cpu.mechanism cores: whole cores taken out of online work's cpusets, handed back on a cut (split-oracle without the foresight)"},
 	{Name: "tidal-grow-500", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "cpu:\n  growStepMilliCPU: 500\n",
 		About:       "tidal growing lending by up to 500m a step (cpu.growStepMilliCPU; 250m by default)"},

@@ -206,6 +206,95 @@ func TestQuotaOnCutQuotasReclaimedWorkOnlyAfterACut(t *testing.T) {
 	}
 }
 
+// Under cpu.mechanism cores reclaimed work gets whole cores that online work is taken off
+// (the cgroups' cpusets and the processes' affinity say so) with no quota; online load hands
+// the cores back at once, to the online cgroups too, and the quota holds what is left.
+func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs: one lent, one kept")
+	}
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 3s\n  mechanism: cores\n")
+	n.start()
+	n.run("--tier", "shared", "--name", "web", "--", "sleep", "600")
+	web := n.waitWorkload("web")
+	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	burn := n.waitWorkload("burn")
+	cpus := func(rel string) cpuset.CPUSet {
+		set, err := cpuset.Parse(n.file("cpuset", rel, "cpuset.cpus"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	affinity := func(pid int) cpuset.CPUSet {
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(pid, &set); err != nil {
+			t.Fatal(err)
+		}
+		var ids []int
+		for c := range runtime.NumCPU() {
+			if set.IsSet(c) {
+				ids = append(ids, c)
+			}
+		}
+		return cpuset.New(ids...)
+	}
+	var lent, online cpuset.CPUSet
+	n.eventually(20*time.Second, "a whole core lent, online work off it", func() error {
+		p := n.status().Pools[0]
+		if !p.Exclusive {
+			return fmt.Errorf("reclaimed %s not exclusive (%dm lent, %s)", p.Reclaimed, p.LentMilliCPU, p.Control.MechanismChoice)
+		}
+		var err error
+		if lent, err = cpuset.Parse(p.Reclaimed); err != nil {
+			return err
+		}
+		online, err = cpuset.Parse(p.Online)
+		return err
+	})
+	if p := n.status().Pools[0]; p.LentMilliCPU%1000 != 0 || int64(lent.Size())*1000 != p.LentMilliCPU {
+		t.Errorf("lends %dm on %s: want whole cores, one per CPU of the pool", p.LentMilliCPU, lent)
+	}
+	for _, rel := range []string{n.root + "/shared", web.Cgroup, n.root + "/system"} {
+		if got := cpus(rel); !got.Equals(online) {
+			t.Errorf("%s cpuset %s, want %s (online CPUs, none of the lent %s)", rel, got, online, lent)
+		}
+	}
+	for _, rel := range []string{n.root + "/reclaimed", burn.Cgroup} {
+		if got := cpus(rel); !got.Equals(lent) {
+			t.Errorf("%s cpuset %s, want the lent cores %s", rel, got, lent)
+		}
+	}
+	if got := affinity(web.PIDs[0]); !got.Intersection(lent).IsEmpty() {
+		t.Errorf("web may run on %s, lent cores %s among them", got, lent)
+	}
+	if got := affinity(burn.PIDs[0]); !got.IsSubsetOf(lent) {
+		t.Errorf("the burner may run on %s, outside the lent cores %s", got, lent)
+	}
+
+	// Online load: the fast path hands the cores back.
+	n.run("--tier", "shared", "--name", "online", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	n.waitWorkload("online")
+	n.eventually(5*time.Second, "the lent cores handed back to online work", func() error {
+		p := n.status().Pools[0]
+		shared, err := cpuset.Parse(p.Shared)
+		if err != nil || p.Exclusive || !cpus(n.root+"/shared").Equals(shared) || !cpus(web.Cgroup).Equals(shared) || !affinity(web.PIDs[0]).Equals(shared) {
+			return fmt.Errorf("pool %+v; shared tier on %s, web on %s", p, cpus(n.root+"/shared"), cpus(web.Cgroup))
+		}
+		if p.Control.Mechanism != "cores" {
+			return fmt.Errorf("mechanism %s (%s)", p.Control.Mechanism, p.Control.MechanismChoice)
+		}
+		return nil
+	})
+	throttled := false
+	for _, a := range n.status().Actions {
+		throttled = throttled || a.Kind == "throttle"
+	}
+	if !throttled {
+		t.Error("no throttle action recorded for the hand-back")
+	}
+}
+
 // Memory short: the lowest reclaim-priority reclaimed workload is stopped first, one at a time,
 // and online work is never touched. The watermark is set above what this machine has
 // available, so "short" holds without exhausting the CI machine's memory.
