@@ -50,8 +50,8 @@ func (Resource) Name() string { return "cpu" }
 
 // Fill sets the CPU knobs of tidal's root and tier cgroups: the root and the dedicated tier
 // span every CPU (dedicated children own disjoint cores), system and shared get their pools
-// at online weight, and the reclaimed tier the reclaimed pool at the lowest priority, capped
-// at what is lent.
+// (less exclusive reclaimed cores) at online weight, and the reclaimed tier the reclaimed pool
+// at the lowest priority, capped at what is lent where the quota holds it.
 func (Resource) Fill(t *plugins.Tree, n plugins.Node) {
 	allMems, system, shared := n.Pools.Mems(), systemPool(n.Pools), n.Pools.Online()
 	*t.Root() = merge(*t.Root(), plugins.Settings{CPUs: n.CPUs, Mems: allMems})
@@ -95,7 +95,7 @@ func reclaimedPriority(s *plugins.Settings, n plugins.Node) {
 
 // Decide sets a workload's cpuset, priority, quota and burst by tier: system runs on the system
 // pool; dedicated on its own cores (and with NUMA binding the memory nodes of those cores);
-// shared on the shared pool; reclaimed on the reclaimed pool at the lowest priority, capped
+// shared on the shared pool less exclusive reclaimed cores; reclaimed on the reclaimed pool at the lowest priority, capped
 // at what is lent (or its own smaller cap). A pod (a foreign Owner) keeps the kubelet's quota
 // unless it is reclaimed, and one the kubelet's CPU manager pinned (OwnerKubeletCPUManager) keeps its
 // cpusets.
