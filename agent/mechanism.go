@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tidalqos/tidal/agent/config"
@@ -20,10 +21,26 @@ func (a *Agent) mechanism() plugins.CPUMechanism {
 // mechanismStatusLocked is the mechanism in effect at now and why, for status.
 func (a *Agent) mechanismStatusLocked(now time.Time) (mechanism, why string) {
 	m, rule := a.resolveMechanismLocked(now)
+	if m == plugins.MechanismCores {
+		return string(m), a.mechChoice + "; " + coresStatus(a.pools)
+	}
 	if rule.kind == ruleNone {
 		return string(m), a.mechChoice
 	}
 	return string(m), a.mechChoice + "; " + config.MechanismQuotaOnCut + ": " + rule.String()
+}
+
+// coresStatus says, per NUMA node, how the cores mechanism holds reclaimed work now.
+func coresStatus(pools plugins.Pools) string {
+	var parts []string
+	for _, np := range pools {
+		if np.Exclusive {
+			parts = append(parts, fmt.Sprintf("numa %d: cores %s of their own, online work on %s", np.Node, np.Reclaimed, np.OnlineCPUs()))
+		} else {
+			parts = append(parts, fmt.Sprintf("numa %d: less than a core lent, held by the quota on %s beside online work", np.Node, np.Reclaimed))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // ruleKind names the rule of quota-on-cut that decided the mechanism.

@@ -208,10 +208,10 @@ func (a *Advisor) Init(poolMilliCPU map[int]int64) {
 	}
 }
 
-// LendWholeCores makes every NUMA node's lending, from one core up, whole cores of coreMilli
-// each (the cores mechanism gives reclaimed work cores of its own, so a fraction would be
-// lent on paper only); 0 lends in millicores again. What is lent now is rounded down at once.
-// Lending under one core, the minimum included, is not rounded: it shares a core.
+// LendWholeCores makes every NUMA node lend whole cores of coreMilli each, or its minimum
+// (the cores mechanism gives reclaimed work cores of its own, so a fraction would be lent on
+// paper only, and a fraction of a core online work runs on is what hurt it); 0 lends in
+// millicores again. What is lent now is rounded down at once. A grow is then a whole core.
 //
 // Online work then runs on fewer cores, where its queue grows fast with load: it keeps
 // enough that its peak use is at most utilization (0..1] of them, and a spike over that
@@ -223,10 +223,10 @@ func (a *Advisor) LendWholeCores(coreMilli int64, utilization float64) {
 	}
 }
 
-// wholeCores rounds v down to whole cores when lending is in cores and v is at least one,
-// never under the node's minimum.
+// wholeCores rounds v down to whole cores when lending is in cores, never under the node's
+// minimum.
 func (a *Advisor) wholeCores(node int, v int64) int64 {
-	if a.core <= 0 || v < a.core {
+	if a.core <= 0 {
 		return v
 	}
 	return max(v-v%a.core, a.minCPU(node))
@@ -324,14 +324,9 @@ func (a *Advisor) Step(s Sample) []Change {
 			cur = a.minCPU(node)
 		}
 		next, kind := approach(cur, target, a.cfg.GrowStepMilliCPU, cpuDeadband)
-		if a.core > 0 && next >= a.core {
-			// In whole cores a grow is one core, as a grow of less would round to none.
-			if next = a.wholeCores(node, next); kind == "grow" && next <= cur {
-				next = min(cur-cur%a.core+a.core, target)
-			}
-			if next == cur {
-				kind = ""
-			}
+		if a.core > 0 && kind == "grow" {
+			// In whole cores a grow is one core: a grow of less would round to none.
+			next = min(cur-cur%a.core+a.core, target)
 		}
 		if kind != "" {
 			rule := fmt.Sprintf("online peak %dm of pool %dm over %s", peak, ns.PoolMilliCPU, a.limitWindow())

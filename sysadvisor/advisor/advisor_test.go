@@ -590,15 +590,15 @@ func TestLastCutCountsCutsForOnlineWorksSake(t *testing.T) {
 	}
 }
 
-// Under the cores mechanism lending is whole cores from one core up (a grow of less than a
-// core would round to nothing, so it grows a core at a time), online work keeps enough cores
-// that its peak is at most coreUtilization of them, and a spike over that share cuts.
+// Under the cores mechanism lending is whole cores or the minimum (a grow of less than a core
+// would round to nothing, so it grows a core at a time), online work keeps enough cores that
+// its peak is at most coreUtilization of them, and a spike over that share cuts.
 func TestLendsWholeCores(t *testing.T) {
 	a := New(testConfig())
 	a.LendWholeCores(1000, 0.5)
 	t0 := time.Unix(1000, 0)
 	// Online peak 500m: it keeps max(500 x 1.1 + 200, 500 / 0.5) = 1000m of the 4000m pool.
-	want := []int64{350, 600, 850, 1000, 2000, 3000, 3000}
+	want := []int64{1000, 2000, 3000, 3000}
 	for i, w := range want {
 		a.Step(sample(t0, i, 500))
 		if got := a.Plan().ReclaimedMilliCPU[0]; got != w {
@@ -619,19 +619,19 @@ func TestLendsWholeCores(t *testing.T) {
 	if got := a.Plan().ReclaimedMilliCPU[0]; got != 2000 {
 		t.Fatalf("after the spike lends %dm, want 2000m", got)
 	}
-	// A cut under a core is not rounded: that lending shares a core, held by the quota.
+	// A cut under a core leaves the minimum: a fraction of a core would share it.
 	a.Interfere(t0.Add(11*time.Second), 0, []Indicator{{Name: "run-queue wait", Value: 2, Target: 1}})
 	a.Interfere(t0.Add(12*time.Second), 0, []Indicator{{Name: "run-queue wait", Value: 2, Target: 1}})
-	if got := a.Plan().ReclaimedMilliCPU[0]; got != 500 {
-		t.Fatalf("after two cuts by half lends %dm, want 500m (2000 -> 1000 -> 500)", got)
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 100 {
+		t.Fatalf("after two cuts by half lends %dm, want the 100m minimum (2000 -> 1000 -> 500 -> 100)", got)
 	}
-	// Back to millicores: the next grow is a step, not a core.
+	// Back to millicores.
 	a.LendWholeCores(0, 0)
 	a.Step(sample(t0, 30, 500))
-	if got := a.Plan().ReclaimedMilliCPU[0]; got != 500 {
+	if got := a.Plan().ReclaimedMilliCPU[0]; got != 100 {
 		t.Errorf("held after a cut, yet lends %dm", got)
 	}
-	if window, _, _ := a.SpikeLimits(0); window != int64(0.8*3500) {
-		t.Errorf("spike limit %dm in millicores, want %dm", window, int64(0.8*3500))
+	if window, _, _ := a.SpikeLimits(0); window != int64(0.8*3900) {
+		t.Errorf("spike limit %dm in millicores, want %dm", window, int64(0.8*3900))
 	}
 }

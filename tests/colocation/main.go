@@ -19,7 +19,7 @@
 //	tidal-idle      tidal with cpu.mechanism idle
 //	tidal-quota     tidal with cpu.mechanism quota (the quota at all times, the default before)
 //	tidal-shares    tidal with cpu.mechanism shares
-//	tidal-cores     tidal with cpu.mechanism cores (whole cores of their own, handed back on a cut)
+//	tidal-cores     tidal with cpu.mechanism cores and cpu.minReclaimedMilliCPU 10 (whole cores of their own)
 //
 // and diagnostics, run only when -scenarios names them: two that take tidal's reclaimed pool
 // apart without the agent, and what-ifs of a setting:

@@ -242,7 +242,7 @@ func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
 	var lent, online cpuset.CPUSet
 	n.eventually(20*time.Second, "a whole core lent, online work off it", func() error {
 		p := n.status().Pools[0]
-		if !p.Exclusive {
+		if !p.Exclusive || !strings.Contains(p.Control.MechanismChoice, "of their own") {
 			return fmt.Errorf("reclaimed %s not exclusive (%dm lent, %s)", p.Reclaimed, p.LentMilliCPU, p.Control.MechanismChoice)
 		}
 		var err error
@@ -281,7 +281,7 @@ func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
 		if err != nil || p.Exclusive || !cpus(n.root+"/shared").Equals(shared) || !cpus(web.Cgroup).Equals(shared) || !affinity(web.PIDs[0]).Equals(shared) {
 			return fmt.Errorf("pool %+v; shared tier on %s, web on %s", p, cpus(n.root+"/shared"), cpus(web.Cgroup))
 		}
-		if p.Control.Mechanism != "cores" {
+		if p.Control.Mechanism != "cores" || !strings.Contains(p.Control.MechanismChoice, "held by the quota") {
 			return fmt.Errorf("mechanism %s (%s)", p.Control.Mechanism, p.Control.MechanismChoice)
 		}
 		return nil
