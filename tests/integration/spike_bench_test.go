@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -21,17 +22,28 @@ import (
 // tier's CFS quota (which holds every reclaimed workload below it at once; the default
 // mechanism, quota-on-cut, puts it on at the cut). Each iteration waits for lending to grow back over a CPU and settle first. The
 // "200-workloads" case measures it while the slow loop manages 200 idle workloads (half
-// shared, half reclaimed), so a fast path that waits on the slow loop's work shows.
+// shared, half reclaimed), so a fast path that waits on the slow loop's work shows. The
+// "200-workloads-cores" case runs cpu.mechanism cores and times the hand-back instead: from the
+// spike to the spiking workload's own cpuset widened over the lent core, which comes after the
+// quota, the reclaimed cpusets and the shared tier's cpuset (parents first), beside the 100
+// idle shared workloads' cpusets.
 //
 //	go test -run '^$' -bench SpikeToShrink -benchtime 20x ./tests/integration
 func BenchmarkSpikeToShrink(b *testing.B) {
 	for _, background := range []int{0, 200} {
-		b.Run(fmt.Sprintf("%d-workloads", background), func(b *testing.B) { benchSpikeToShrink(b, background) })
+		b.Run(fmt.Sprintf("%d-workloads", background), func(b *testing.B) { benchSpikeToShrink(b, background, false) })
+	}
+	if runtime.NumCPU() >= 2 {
+		b.Run("200-workloads-cores", func(b *testing.B) { benchSpikeToShrink(b, 200, true) })
 	}
 }
 
-func benchSpikeToShrink(b *testing.B, background int) {
-	n := newNode(b, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 1s\nloops:\n  slowInterval: 200ms\n  metricsStaleAfter: 2s\n")
+func benchSpikeToShrink(b *testing.B, background int, cores bool) {
+	cfg := "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 1s\nloops:\n  slowInterval: 200ms\n  metricsStaleAfter: 2s\n"
+	if cores {
+		cfg = "cpu:\n  peakWindow: 1s\n  mechanism: cores\n  minReclaimedMilliCPU: 10\nloops:\n  slowInterval: 200ms\n  metricsStaleAfter: 2s\n"
+	}
+	n := newNode(b, cfg)
 	n.start()
 	tiers := []string{"shared", "reclaimed"}
 	for i := 0; i < background; i++ {
@@ -51,6 +63,9 @@ func benchSpikeToShrink(b *testing.B, background int) {
 		quotaFile = "cpu.max"
 	}
 	limitFile := filepath.Join(n.layout.Dir("cpu", n.root+"/reclaimed"), quotaFile)
+	if cores {
+		limitFile = filepath.Join(n.layout.Dir("cpuset", n.root+"/shared"), "cpuset.cpus")
+	}
 	var lat []time.Duration
 	b.ResetTimer() // ns/op times the spikes, not starting the agent and admitting the workloads
 	for i := 0; i < b.N; i++ {
@@ -66,12 +81,13 @@ func benchSpikeToShrink(b *testing.B, background int) {
 			if s.Lendable.MilliCPU != lent {
 				lent, since = s.Lendable.MilliCPU, time.Now()
 			}
-			if lent <= 1000 || time.Since(since) < time.Second {
+			if lent <= 1000 && !(cores && lent == 1000) || time.Since(since) < time.Second {
 				return fmt.Errorf("lendable %dm for %v", lent, time.Since(since))
 			}
 			return nil
 		})
-		before := readTrim(b, limitFile)
+		watched := limitFile
+		before := readTrim(b, watched)
 
 		// An online spinner held at a gate until it sits in its cgroup.
 		spin := exec.Command("sh", "-c", "read go; while :; do :; done")
@@ -83,19 +99,32 @@ func benchSpikeToShrink(b *testing.B, background int) {
 			b.Fatal(err)
 		}
 		name := fmt.Sprintf("spike-%d", i)
-		if _, err := n.client.Admit(agent.AdmitRequest{Name: name, Tier: "shared", PID: spin.Process.Pid}); err != nil {
+		w, err := n.client.Admit(agent.AdmitRequest{Name: name, Tier: "shared", PID: spin.Process.Pid})
+		if err != nil {
 			b.Fatal(err)
 		}
-		seen := watchChange(b, limitFile, before, 5*time.Second)
+		if cores {
+			// Its cgroup, narrowed to the online CPUs (the spinner waits at its gate meanwhile).
+			watched = filepath.Join(n.layout.Dir("cpuset", w.Cgroup), "cpuset.cpus")
+			n.eventually(5*time.Second, "the spike's cgroup on the online CPUs", func() error {
+				data, err := os.ReadFile(watched)
+				if err != nil || strings.TrimSpace(string(data)) != readTrim(b, filepath.Join(n.layout.Dir("cpuset", n.root+"/shared"), "cpuset.cpus")) {
+					return fmt.Errorf("%q, %v", data, err)
+				}
+				return nil
+			})
+			before = readTrim(b, watched)
+		}
+		seen := watchChange(b, watched, before, 5*time.Second)
 		b.StartTimer()
 		start := time.Now()
 		_, _ = io.WriteString(gate, "go\n")
 		at, ok := <-seen
 		if !ok {
-			b.Fatalf("no shrink within 5s (reclaimed quota still %s)", before)
+			b.Fatalf("no shrink within 5s (%s still %s)", watched, before)
 		}
 		if at.Before(start) {
-			b.Fatalf("the reclaimed quota changed before the spike (from %s): lending had not settled", before)
+			b.Fatalf("%s changed before the spike (from %s): lending had not settled", watched, before)
 		}
 		lat = append(lat, at.Sub(start))
 		b.StopTimer()
