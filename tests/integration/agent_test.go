@@ -213,7 +213,7 @@ func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs 2 CPUs: one lent, one kept")
 	}
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 3s\n  mechanism: cores\n")
+	n := newNode(t, "cpu:\n  peakWindow: 3s\n  mechanism: cores\n")
 	n.start()
 	n.run("--tier", "shared", "--name", "web", "--", "sleep", "600")
 	web := n.waitWorkload("web")
