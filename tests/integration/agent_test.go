@@ -76,8 +76,7 @@ func TestReclaimedWorkloadIsConfined(t *testing.T) {
 				return fmt.Errorf("%s quota = %s, want -1 (the idle mechanism sets none)", cg, got)
 			}
 		}
-		cpus, err := cpuset.Parse(n.file("cpuset", w.Cgroup, "cpuset.cpus"))
-		if err != nil || cpus.IsEmpty() || !cpus.IsSubsetOf(reclaimedPool) {
+		if cpus := n.cpus(w.Cgroup); cpus.IsEmpty() || !cpus.IsSubsetOf(reclaimedPool) {
 			return fmt.Errorf("cpuset %s not inside the reclaimed pool %s", cpus, reclaimedPool)
 		}
 		if got, want := n.file("memory", n.root+"/reclaimed", "memory.limit_in_bytes"), strconv.FormatInt(s.Lendable.MemoryBytes, 10); got != want {
@@ -116,11 +115,7 @@ func TestDedicatedCoresAreExclusive(t *testing.T) {
 		t.Errorf("db cgroup cpuset = %s, want %s", got, mine)
 	}
 	for _, rel := range []string{n.root + "/shared", n.root + "/shared/web", n.root + "/reclaimed", n.root + "/reclaimed/batch", n.root + "/system"} {
-		set, err := cpuset.Parse(n.file("cpuset", rel, "cpuset.cpus"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !set.Intersection(mine).IsEmpty() {
+		if set := n.cpus(rel); !set.Intersection(mine).IsEmpty() {
 			t.Errorf("%s cpuset %s includes dedicated CPU %s", rel, set, mine)
 		}
 	}
@@ -219,13 +214,6 @@ func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
 	web := n.waitWorkload("web")
 	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
 	burn := n.waitWorkload("burn")
-	cpus := func(rel string) cpuset.CPUSet {
-		set, err := cpuset.Parse(n.file("cpuset", rel, "cpuset.cpus"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return set
-	}
 	affinity := func(pid int) cpuset.CPUSet {
 		var set unix.CPUSet
 		if err := unix.SchedGetaffinity(pid, &set); err != nil {
@@ -256,12 +244,12 @@ func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
 		t.Errorf("lends %dm on %s: want whole cores, one per CPU of the pool", p.LentMilliCPU, lent)
 	}
 	for _, rel := range []string{n.root + "/shared", web.Cgroup, n.root + "/system"} {
-		if got := cpus(rel); !got.Equals(online) {
+		if got := n.cpus(rel); !got.Equals(online) {
 			t.Errorf("%s cpuset %s, want %s (online CPUs, none of the lent %s)", rel, got, online, lent)
 		}
 	}
 	for _, rel := range []string{n.root + "/reclaimed", burn.Cgroup} {
-		if got := cpus(rel); !got.Equals(lent) {
+		if got := n.cpus(rel); !got.Equals(lent) {
 			t.Errorf("%s cpuset %s, want the lent cores %s", rel, got, lent)
 		}
 	}
@@ -278,8 +266,8 @@ func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
 	n.eventually(5*time.Second, "the lent cores handed back to online work", func() error {
 		p := n.status().Pools[0]
 		shared, err := cpuset.Parse(p.Shared)
-		if err != nil || p.Exclusive || !cpus(n.root+"/shared").Equals(shared) || !cpus(web.Cgroup).Equals(shared) || !affinity(web.PIDs[0]).Equals(shared) {
-			return fmt.Errorf("pool %+v; shared tier on %s, web on %s", p, cpus(n.root+"/shared"), cpus(web.Cgroup))
+		if err != nil || p.Exclusive || !n.cpus(n.root+"/shared").Equals(shared) || !n.cpus(web.Cgroup).Equals(shared) || !affinity(web.PIDs[0]).Equals(shared) {
+			return fmt.Errorf("pool %+v; shared tier on %s, web on %s", p, n.cpus(n.root+"/shared"), n.cpus(web.Cgroup))
 		}
 		if p.Control.Mechanism != "cores" || !strings.Contains(p.Control.MechanismChoice, "held by the quota") {
 			return fmt.Errorf("mechanism %s (%s)", p.Control.Mechanism, p.Control.MechanismChoice)

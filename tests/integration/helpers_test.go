@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/cpuset"
+
 	"github.com/tidalqos/tidal/agent"
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/reporter"
@@ -131,6 +133,16 @@ func (n *node) file(controller, rel, name string) string {
 		n.t.Fatal(err)
 	}
 	return strings.TrimSpace(string(data))
+}
+
+// cpus reads a cgroup's cpuset.cpus.
+func (n *node) cpus(rel string) cpuset.CPUSet {
+	n.t.Helper()
+	set, err := cpuset.Parse(n.file("cpuset", rel, "cpuset.cpus"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return set
 }
 
 func (n *node) eventually(timeout time.Duration, what string, f func() error) {
