@@ -1,14 +1,17 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
@@ -190,6 +193,7 @@ func (a *Agent) writeReclaimedLimits() {
 			narrow = append(narrow, plugins.Cgroup{Path: c.Path, Foreign: c.Foreign, Settings: plugins.Settings{CPUs: c.Settings.CPUs}})
 		}
 	}
+	busiestFirst(online, snap)
 	// Quotas first: one write on the tier holds all reclaimed work below it at once, where
 	// cpusets on v1 must narrow child by child before their parent may.
 	if err := errors.Join(a.writer.ApplyUrgent(quotas), a.writer.ApplyUrgent(narrow), a.writer.ApplyUrgent(online)); err != nil {
@@ -198,6 +202,26 @@ func (a *Agent) writeReclaimedLimits() {
 	a.mu.Lock()
 	a.publishLendingLocked(time.Now(), snap)
 	a.mu.Unlock()
+}
+
+// busiestFirst orders the cgroups by their workload's last sampled CPU use, busiest first.
+// The writer keeps this order among cgroups of one depth, so when the fast path hands cores
+// back, a busy online server gets its cpuset widened before a hundred idle workloads do (on
+// cgroup v1 each cpuset write rebuilds the scheduling domains).
+func busiestFirst(cgroups []plugins.Cgroup, snap state.Snapshot) {
+	use := make(map[string]int64, len(snap.Workloads))
+	for _, r := range snap.Workloads {
+		use[r.Cgroup] = r.MilliCPU
+	}
+	busy := func(p string) int64 {
+		for ; p != "." && p != "/" && p != ""; p = path.Dir(p) {
+			if u, ok := use[p]; ok {
+				return u
+			}
+		}
+		return 0
+	}
+	slices.SortStableFunc(cgroups, func(x, y plugins.Cgroup) int { return cmp.Compare(busy(y.Path), busy(x.Path)) })
 }
 
 // within says whether cgroup p is dir or below it.
