@@ -44,23 +44,16 @@ func ExclusiveCores(topo *topology.Topology, pools plugins.Pools, lentMilli map[
 	for i, np := range pools {
 		out[i] = np
 		fit := int(lentMilli[np.Node] / 1000)
-		var cores []int
-		seen := map[int]bool{}
-		for _, c := range farthest(topo, np.Shared, np.Shared.Size()) {
-			sib := topo.CoreSiblings(c)
-			if seen[c] || !sib.IsSubsetOf(np.Shared) {
-				continue
-			}
-			for _, s := range sib.List() {
-				seen[s] = true
-			}
-			if len(cores)+sib.Size() > fit || np.Shared.Size()-len(cores)-sib.Size() < sib.Size() {
+		cores := cpuset.New()
+		whole, _ := wholeCores(topo, np.Shared)
+		for _, sib := range whole {
+			if cores.Size()+sib.Size() > fit || np.Shared.Size()-cores.Size()-sib.Size() < sib.Size() {
 				break
 			}
-			cores = append(cores, sib.List()...)
+			cores = cores.Union(sib)
 		}
-		if len(cores) > 0 {
-			out[i].Reclaimed, out[i].Exclusive = cpuset.New(cores...), true
+		if !cores.IsEmpty() {
+			out[i].Reclaimed, out[i].Exclusive = cores, true
 		}
 	}
 	return out
@@ -74,6 +67,27 @@ func CoreMilliCPU(topo *topology.Topology) int64 {
 		threads = max(threads, topo.CoreSiblings(c.ID).Size())
 	}
 	return int64(threads) * 1000
+}
+
+// wholeCores lists the cores all of whose threads are in set, farthest from system CPUs
+// first, and the most threads any core with a CPU in set has.
+func wholeCores(topo *topology.Topology, set cpuset.CPUSet) (cores []cpuset.CPUSet, threads int) {
+	seen := map[int]bool{}
+	threads = 1
+	for _, c := range farthest(topo, set, set.Size()) {
+		if seen[c] {
+			continue
+		}
+		sib := topo.CoreSiblings(c)
+		threads = max(threads, sib.Size())
+		for _, s := range sib.List() {
+			seen[s] = true
+		}
+		if sib.IsSubsetOf(set) {
+			cores = append(cores, sib)
+		}
+	}
+	return cores, threads
 }
 
 // farthest picks n CPUs of set, highest core first, keeping a core's threads together.
@@ -107,21 +121,10 @@ func Allocate(topo *topology.Topology, reserved, taken cpuset.CPUSet, n int, num
 	// Whole free cores per NUMA node, highest core first.
 	type core struct{ cpus []int }
 	perNode := map[int][]core{}
-	seen := map[int]bool{}
-	threads := 1
-	for _, c := range farthest(topo, free, free.Size()) {
-		if seen[c] {
-			continue
-		}
-		sib := topo.CoreSiblings(c)
-		threads = max(threads, sib.Size())
-		for _, s := range sib.List() {
-			seen[s] = true
-		}
-		if sib.IsSubsetOf(free) {
-			node := topo.NUMANodeOf(c)
-			perNode[node] = append(perNode[node], core{sib.List()})
-		}
+	whole, threads := wholeCores(topo, free)
+	for _, sib := range whole {
+		node := topo.NUMANodeOf(sib.List()[0])
+		perNode[node] = append(perNode[node], core{sib.List()})
 	}
 	if n%threads != 0 {
 		return cpuset.New(), -1, fmt.Errorf("cannot dedicate %d CPUs: each core has %d threads, ask for a multiple of %d so no core is shared", n, threads, threads)

@@ -95,8 +95,8 @@ func reclaimedPriority(s *plugins.Settings, n plugins.Node) {
 
 // Decide sets a workload's cpuset, priority, quota and burst by tier: system runs on the system
 // pool; dedicated on its own cores (and with NUMA binding the memory nodes of those cores);
-// shared on the shared pool less exclusive reclaimed cores; reclaimed on the reclaimed pool at the lowest priority, capped
-// at what is lent (or its own smaller cap). A pod (a foreign Owner) keeps the kubelet's quota
+// shared on the shared pool less exclusive reclaimed cores; reclaimed on the reclaimed pool at
+// the lowest priority, capped at what is lent (or its own smaller cap). A pod (a foreign Owner) keeps the kubelet's quota
 // unless it is reclaimed, and one the kubelet's CPU manager pinned (OwnerKubeletCPUManager) keeps its
 // cpusets.
 func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision) {

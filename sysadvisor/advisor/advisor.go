@@ -383,15 +383,18 @@ func (a *Advisor) cpuTarget(node int, demand int64) int64 {
 // lends more than this, whatever the indicators say.
 func (a *Advisor) usageCeiling(node int, demand int64) int64 {
 	need := a.predict(demand)
-	if a.core > 0 && a.coreUtilization > 0 {
+	if a.inCores() {
 		need = max(need, int64(float64(demand)/a.coreUtilization))
 	}
 	return min(max(a.pool[node]-need, a.minCPU(node)), a.pool[node])
 }
 
+// inCores says whether online work is held to coreUtilization of the cores it keeps.
+func (a *Advisor) inCores() bool { return a.core > 0 && a.coreUtilization > 0 }
+
 // spikeThreshold is the share of what online work kept above which a spike cuts.
 func (a *Advisor) spikeThreshold() float64 {
-	if a.core > 0 && a.coreUtilization > 0 {
+	if a.inCores() {
 		return min(a.cfg.SpikeThreshold, a.coreUtilization)
 	}
 	return a.cfg.SpikeThreshold
