@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,11 +18,17 @@ import (
 // status, polled twice a second) over the fast path's window, or more than all of it over
 // the burst window, to the moment the quota falls under what was lent (or comes on at the
 // cut); a crossing that ends before then was a blip, not a spike. (Online work rarely gets to use more than all it
-// kept: the agent cuts at the threshold.) It samples every contentionEvery,
-// so a figure is at most that much late; the kernel charges a running task's CPU time at its
-// scheduler tick, which delays both the probe and the agent alike.
+// kept: the agent cuts at the threshold.) It samples every contentionEvery, the agent's own
+// fast-path tick, so a figure is at most that much late; the kernel charges a running task's
+// CPU time at its scheduler tick, which delays both the probe and the agent alike.
+//
+// The probe is part of the measuring instrument, so its sampler runs in every scenario with
+// online work, agent or not, reading the same two files (the online cgroup's CPU time and the
+// offline cgroup's quota): its cost is the same in every scenario. Sampling every 2 ms in the
+// agent's runs alone had doubled the online service's run-queue wait there and added about a
+// millisecond to its p99 (docs/benchmark.md#probe-cost).
 const (
-	contentionEvery   = 2 * time.Millisecond
+	contentionEvery   = 10 * time.Millisecond // the agent's default loops.fastInterval
 	contentionWindow  = 30 * time.Millisecond // the agent's default loops.fastWindow
 	contentionBurst   = 10 * time.Millisecond // the agent's default loops.fastBurstWindow
 	contentionTimeout = time.Second           // no shrink within this: a miss
@@ -62,8 +67,7 @@ func (p *contentionProbe) observe(now time.Time, online time.Duration, lentMilli
 	if !ok {
 		return
 	}
-	// Sampled every 2 ms, the burst window spans 8 ms here rather than the agent's 10 ms: a
-	// crossing shows no later than the agent can see it.
+	// Over the last sample interval, as the agent's burst window over its last tick.
 	burst, _ := p.online.Over(contentionBurst)
 	kept := p.poolMilli - lentMilli
 	over := milli > int64(agentSpikeShare*float64(kept)) || burst > kept
@@ -86,53 +90,38 @@ func (p *contentionProbe) observe(now time.Time, online time.Duration, lentMilli
 	}
 }
 
-// contentionSampler reads what the probe needs from the agent's cgroups: its shared tier's CPU
-// time and its reclaimed tier's quota.
+// contentionSampler reads what the probe needs: the online cgroup's CPU time and the offline
+// cgroup's quota (with the agent, its shared and reclaimed tiers).
 type contentionSampler struct {
-	layout          *cgroupfs.Layout
-	shared, tierDir string
-	counter         *cgroupfs.CPUCounter
-	quota           *os.File
-	periodMicros    int64
-	buf             []byte
+	layout       *cgroupfs.Layout
+	online       string // cgroup, relative to the hierarchy roots
+	quotaDir     string // the offline cgroup's directory in the cpu hierarchy
+	counter      *cgroupfs.CPUCounter
+	quota        *os.File
+	periodMicros int64
+	buf          []byte
 }
 
-func newContentionSampler(layout *cgroupfs.Layout, agentRoot string) *contentionSampler {
-	return &contentionSampler{layout: layout, shared: path.Join(agentRoot, "shared"),
-		tierDir: layout.Dir("cpu", path.Join(agentRoot, "reclaimed"))}
+func newContentionSampler(layout *cgroupfs.Layout, online, offline string) *contentionSampler {
+	return &contentionSampler{layout: layout, online: online, quotaDir: layout.Dir("cpu", offline)}
 }
 
-// read returns online CPU time and the CPU the reclaimed tier's quota allows (quota false
-// while it has none), or ok false while the agent's tiers are not there yet.
+// read returns online CPU time and the CPU the offline cgroup's quota allows (quota false
+// while it has none, or while there is no offline cgroup), or ok false while the online
+// cgroup is not there yet.
 func (s *contentionSampler) read() (used time.Duration, lent int64, quota, ok bool) {
 	var err error
 	if s.counter == nil {
-		if s.counter, err = s.layout.OpenCPUCounter(s.shared); err != nil {
+		if s.counter, err = s.layout.OpenCPUCounter(s.online); err != nil {
 			s.counter = nil
 			return 0, 0, false, false
 		}
 	}
-	if s.quota == nil {
-		name := "cpu.cfs_quota_us"
-		if s.layout.Version == cgroupfs.V2 {
-			name = "cpu.max"
-		}
-		if s.quota, err = os.Open(filepath.Join(s.tierDir, name)); err != nil {
-			s.quota = nil
-			return 0, 0, false, false
-		}
-		s.periodMicros = 100000 // v2 gives it in cpu.max itself
-		if s.layout.Version == cgroupfs.V1 {
-			if data, err := os.ReadFile(filepath.Join(s.tierDir, "cpu.cfs_period_us")); err == nil {
-				if v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && v > 0 {
-					s.periodMicros = v
-				}
-			}
-		}
-	}
-	used, err = s.counter.Read()
-	if err != nil {
+	if used, err = s.counter.Read(); err != nil {
 		return 0, 0, false, false
+	}
+	if s.quota == nil && !s.openQuota() {
+		return used, 0, false, true
 	}
 	if s.buf == nil {
 		s.buf = make([]byte, 64)
@@ -140,6 +129,28 @@ func (s *contentionSampler) read() (used time.Duration, lent int64, quota, ok bo
 	n, _ := s.quota.ReadAt(s.buf, 0)
 	lent, quota = lentOfQuota(string(s.buf[:n]), s.periodMicros)
 	return used, lent, quota, true
+}
+
+// openQuota opens the offline cgroup's quota file and reads its period, false while there is
+// none (the agent has not made its tier yet, or the scenario has no offline work).
+func (s *contentionSampler) openQuota() bool {
+	name := "cpu.cfs_quota_us"
+	if s.layout.Version == cgroupfs.V2 {
+		name = "cpu.max"
+	}
+	f, err := os.Open(filepath.Join(s.quotaDir, name))
+	if err != nil {
+		return false
+	}
+	s.quota, s.periodMicros = f, 100000 // v2 gives the period in cpu.max itself
+	if s.layout.Version == cgroupfs.V1 {
+		if data, err := os.ReadFile(filepath.Join(s.quotaDir, "cpu.cfs_period_us")); err == nil {
+			if v, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && v > 0 {
+				s.periodMicros = v
+			}
+		}
+	}
+	return true
 }
 
 // lentOfQuota is the CPU a CFS quota allows, in millicores (v1: cpu.cfs_quota_us, with the

@@ -217,7 +217,8 @@ func (r *scenarioRun) makeCgroups() error {
 
 func (r *scenarioRun) sub(name string) string { return path.Join(r.rel, name) }
 
-// startSamplers reads node CPU every second and, with an agent, its status twice a second.
+// startSamplers reads node CPU every second, with online work its run-queue wait and the
+// contention probe's files, and with an agent its status twice a second.
 func (r *scenarioRun) startSamplers(ctx context.Context) {
 	r.bg = newBackground(ctx)
 	r.bg.every(time.Second, func(time.Time) {
@@ -247,27 +248,37 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 		r.watch = newAgentWatch()
 		client := r.agent.client
 		r.bg.every(agentPoll, func(now time.Time) { r.watch.poll(client, now) })
-		if r.sc.Online {
-			r.contention = newContentionProbe(int64(r.b.cpus.Size()) * 1000)
-			sampler := newContentionSampler(r.b.layout, path.Join(r.rel, "tidal"))
-			watch := r.watch
-			r.bg.every(contentionEvery, func(now time.Time) {
-				used, lent, quota, ok := sampler.read()
-				if !ok {
-					return
-				}
-				if !quota {
-					// No quota (quota-on-cut while online work is calm, or the idle
-					// mechanism): what is lent is the agent's own figure, up to a poll old.
-					if lent = watch.latestLent.Load(); lent < 0 {
-						return
-					}
-				}
-				r.contention.observe(now, used, lent)
-			})
-			r.bg.onStop(sampler.close)
-		}
 	}
+	if r.sc.Online {
+		r.startContentionProbe()
+	}
+}
+
+// startContentionProbe samples online CPU time and the offline quota every contentionEvery in
+// every scenario with online work, so the instrument costs the same in all of them; only with
+// an agent do the samples feed the probe.
+func (r *scenarioRun) startContentionProbe() {
+	sampler := newContentionSampler(r.b.layout, r.sub("online"), r.sub("offline"))
+	if r.agent != nil {
+		tiers := path.Join(r.rel, "tidal")
+		sampler = newContentionSampler(r.b.layout, path.Join(tiers, "shared"), path.Join(tiers, "reclaimed"))
+		r.contention = newContentionProbe(int64(r.b.cpus.Size()) * 1000)
+	}
+	r.bg.every(contentionEvery, func(now time.Time) {
+		used, lent, quota, ok := sampler.read()
+		if !ok || r.contention == nil {
+			return
+		}
+		if !quota {
+			// No quota (quota-on-cut while online work is calm, or the idle mechanism):
+			// what is lent is the agent's own figure, up to a poll old.
+			if lent = r.watch.latestLent.Load(); lent < 0 {
+				return
+			}
+		}
+		r.contention.observe(now, used, lent)
+	})
+	r.bg.onStop(sampler.close)
 }
 
 // startWorkload starts `tidal workload ARGS` (see startCommand).
