@@ -230,74 +230,71 @@ func TestProcessCPUAndMemoryOfThisProcess(t *testing.T) {
 
 // The contention probe times each crossing once, from the first sample at which online use
 // over the window exceeds the spike threshold of what it kept (or over the burst window all
-// of it) to the sample at which lending
-// fell; a crossing with nothing to cut is not one, and one without a fall within the timeout
+// of it) to the sample at which lending fell; a crossing with nothing to cut is not one, and one without a fall within the timeout
 // is a miss.
 func TestContentionProbe(t *testing.T) {
 	p := newContentionProbe(2000)
 	t0 := time.Unix(1000, 0)
 	var used time.Duration
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	// 2 ms samples; online idle, 1800m lent (kept 200m, threshold 160m).
+	// Samples at the harness's interval; online idle, 1800m lent (kept 200m, threshold 160m).
+	every := int(contentionEvery / time.Millisecond)
 	step := func(ms int, busy float64, lent int64) {
-		used += time.Duration(busy * float64(2*time.Millisecond))
+		used += time.Duration(busy * float64(contentionEvery))
 		p.observe(at(ms), used, lent)
 	}
 	ms := 0
-	for ; ms < 100; ms += 2 {
+	for ; ms < 100; ms += every {
 		step(ms, 0, 1800)
 	}
-	// Online spins one CPU: over 30 ms it passes 160m after 6 ms, but over the burst window
-	// it uses more than all it kept (200m) from its first sample; the quota falls at 120 ms.
+	// Online spins one CPU: over the burst window it uses more than all it kept (200m) from
+	// its first sample; the quota falls at 120 ms.
 	start := ms
-	for ; ms < 120; ms += 2 {
+	for ; ms < 120; ms += every {
 		step(ms, 1, 1800)
 	}
 	step(ms, 1, 500)
 	if len(p.events) != 1 || p.events[0].Missed {
 		t.Fatalf("events %+v, want one timed", p.events)
 	}
-	if e := p.events[0]; e.At.Before(at(start)) || e.At.After(at(start+4)) || e.Ms < 16 || e.Ms > 20 {
-		t.Errorf("event %+v: want it to begin within 4 ms of %v (the burst window) and last until 120 ms", e, at(start))
+	if e := p.events[0]; !e.At.Equal(at(start)) || e.Ms != float64(120-start) {
+		t.Errorf("event %+v: want it to begin at the first spinning sample, %v, and last until 120 ms", e, at(start))
 	}
 	// Spinning on: under the threshold of what it keeps now (1200m of 1500m), no new event.
-	for ms += 2; ms < 300; ms += 2 {
+	for ms += every; ms < 300; ms += every {
 		step(ms, 1, 500)
 	}
 	if len(p.events) != 1 {
 		t.Fatalf("one spike counted %d times", len(p.events))
 	}
 	// Online stops, lending grows back; a new spin that the agent never answers is a miss.
-	for ; ms < 400; ms += 2 {
+	for ; ms < 400; ms += every {
 		step(ms, 0, 1800)
 	}
-	for ; ms < 1600; ms += 2 {
+	for ; ms < 1600; ms += every {
 		step(ms, 1, 1800)
 	}
 	if len(p.events) != 2 || !p.events[1].Missed {
 		t.Fatalf("events %+v, want a miss second", p.events)
 	}
-	// A blip over the threshold that ends before lending falls is no spike.
-	for ; ms < 1620; ms += 2 {
+	// A blip over the threshold (one busy sample) that ends before lending falls is no spike.
+	for ; ms < 1620; ms += every {
 		step(ms, 0, 1800)
 	}
-	for i := 0; i < 5; i++ {
-		step(ms, 1, 1800)
-		ms += 2
-	}
-	for ; ms < 1660; ms += 2 {
+	step(ms, 1, 1800)
+	for ms += every; ms < 1680; ms += every {
 		step(ms, 0, 1800)
 	}
 	step(ms, 0, 500)
-	ms += 2
+	ms += every
 	if len(p.events) != 2 {
 		t.Fatalf("a blip counted: %+v", p.events)
 	}
 	// At the minimum there is nothing to cut: no event.
-	for ; ms < 1700; ms += 2 {
+	for ; ms < 1700; ms += every {
 		step(ms, 0, 100)
 	}
-	for ; ms < 1900; ms += 2 {
+	for ; ms < 1900; ms += every {
 		step(ms, 1, 100)
 	}
 	if len(p.events) != 2 {
