@@ -258,15 +258,16 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 // every scenario with online work, so the instrument costs the same in all of them; only with
 // an agent do the samples feed the probe.
 func (r *scenarioRun) startContentionProbe() {
-	sampler := newContentionSampler(r.b.layout, r.sub("online"), r.sub("offline"))
+	online, offline := r.sub("online"), r.sub("offline")
 	if r.agent != nil {
 		tiers := path.Join(r.rel, "tidal")
-		sampler = newContentionSampler(r.b.layout, path.Join(tiers, "shared"), path.Join(tiers, "reclaimed"))
+		online, offline = path.Join(tiers, "shared"), path.Join(tiers, "reclaimed")
 		r.contention = newContentionProbe(int64(r.b.cpus.Size()) * 1000)
 	}
+	sampler, probe := newContentionSampler(r.b.layout, online, offline), r.contention
 	r.bg.every(contentionEvery, func(now time.Time) {
 		used, lent, quota, ok := sampler.read()
-		if !ok || r.contention == nil {
+		if !ok || probe == nil {
 			return
 		}
 		if !quota {
@@ -276,7 +277,7 @@ func (r *scenarioRun) startContentionProbe() {
 				return
 			}
 		}
-		r.contention.observe(now, used, lent)
+		probe.observe(now, used, lent)
 	})
 	r.bg.onStop(sampler.close)
 }
