@@ -230,8 +230,8 @@ func TestProcessCPUAndMemoryOfThisProcess(t *testing.T) {
 
 // The contention probe times each crossing once, from the first sample at which online use
 // over the window exceeds the spike threshold of what it kept (or over the burst window all
-// of it) to the sample at which lending fell; a crossing with nothing to cut is not one, and one without a fall within the timeout
-// is a miss.
+// of it) to the sample at which lending fell; a crossing with nothing to cut is not one, and
+// one without a fall within the timeout is a miss.
 func TestContentionProbe(t *testing.T) {
 	p := newContentionProbe(2000)
 	t0 := time.Unix(1000, 0)
