@@ -9,6 +9,7 @@ import (
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
+	"github.com/tidalqos/tidal/sysadvisor/mechanism"
 )
 
 // mechanism is how reclaimed work is held to what is lent now. Callers hold a.mu. It runs
@@ -112,9 +113,10 @@ func (a *Agent) resolveMechanismLocked(now time.Time) (plugins.CPUMechanism, mec
 const mechanismTie = 0.05
 
 // chooseMechanismLocked feeds the auto chooser this reading (the share of the usage ceiling
-// the node lends, when there is something to lend and nothing else holds lending down) and
+// the node lends, and waitOverBaseline, online work's run-queue wait over its baselines, 0
+// without one; when there is something to lend and nothing else holds lending down) and
 // switches the mechanism when a trial ends. It reports whether the mechanism changed.
-func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools) bool {
+func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools, waitOverBaseline float64) bool {
 	if a.chooser == nil {
 		return false
 	}
@@ -123,17 +125,21 @@ func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools) bool {
 	var lent, ceiling int64
 	informative := a.advisor.Primed()
 	for _, np := range pools {
+		// What online usage leaves, whatever the mechanism: cores' own ceiling, in whole
+		// cores online work keeps at coreUtilization, is lower, and a share of it would not
+		// compare with the others'.
 		limit, _, _ := a.advisor.Ceilings(np.Node)
-		usage := limit.MilliCPU
+		pool := a.poolMilliLocked(np.Node)
+		usage := min(pool-limit.PredictedMilliCPU, pool)
 		if ctls[np.Node].State == advisor.StateBaseline {
 			informative = false
 		}
-		if usage > min(a.cfg.CPU.MinReclaimedMilliCPU, a.poolMilliLocked(np.Node)) {
+		if usage > min(a.cfg.CPU.MinReclaimedMilliCPU, pool) {
 			lent, ceiling = lent+plan[np.Node], ceiling+usage
 		}
 	}
 	if informative && ceiling > 0 {
-		a.chooser.Observe(float64(lent) / float64(ceiling))
+		a.chooser.Observe(mechanism.Reading{LentShare: float64(lent) / float64(ceiling), WaitOverBaseline: waitOverBaseline})
 	}
 	m, changed := a.chooser.Step(now)
 	a.mechChoice = "auto: " + a.chooser.Reason()

@@ -179,15 +179,18 @@ func Mechanisms() []string {
 }
 
 // AutoMechanism configures cpu.mechanism auto (sysadvisor/mechanism): each candidate runs for
-// Trial at a time, Rounds times each, interleaved; the one under which the interference
-// feedback lent the largest share of the usage ceiling is kept for Every.
+// Trial at a time, Rounds times each, interleaved; among those under which online work's
+// run-queue wait over its baseline stayed within WaitTolerance of the least, the one under
+// which the interference feedback lent the largest share of the usage ceiling is kept for
+// Every.
 type AutoMechanism struct {
 	// Candidates is a comma-separated list of mechanisms, in order of preference (the first
 	// is tried first and wins a tie).
-	Candidates string        `yaml:"candidates"`
-	Trial      time.Duration `yaml:"trial"`
-	Rounds     int           `yaml:"rounds"`
-	Every      time.Duration `yaml:"every"`
+	Candidates    string        `yaml:"candidates"`
+	Trial         time.Duration `yaml:"trial"`
+	Rounds        int           `yaml:"rounds"`
+	Every         time.Duration `yaml:"every"`
+	WaitTolerance float64       `yaml:"waitTolerance"`
 }
 
 // CandidateList is Candidates split.
@@ -398,8 +401,13 @@ func Default() Config {
 			// p99 within its run-to-run spread; idle alone did not hold p99.
 			Mechanism: MechanismQuotaOnCut,
 			AutoMechanism: AutoMechanism{
-				Candidates: string(plugins.MechanismQuota) + "," + string(plugins.MechanismIdle),
+				// The two that measured best: cores for the tail, quota-on-cut for what
+				// is lent (docs/benchmark.md#xeon480). cores first, as it is tried first.
+				Candidates: string(plugins.MechanismCores) + "," + MechanismQuotaOnCut,
 				Trial:      time.Minute, Rounds: 2, Every: 6 * time.Hour,
+				// Sharing a core raised a web server's wait by 19-46% over whole cores of
+				// its own (docs/benchmark.md#auto-tail), and its p99 by 1.5-1.7x.
+				WaitTolerance: 0.2,
 			},
 			QuotaAfterCut: time.Second,
 			BurstPercent:  BurstPercent{Shared: 50},

@@ -69,6 +69,7 @@ cpu:
     trial: 30s
     rounds: 3
     every: 0s
+    waitTolerance: 0.5
   burstPercent:
     system: 10
     dedicated: 20
@@ -175,7 +176,7 @@ func fullExampleConfig() Config {
 			CoreUtilization:      0.6,
 			Mechanism:            "auto",
 			QuotaAfterCut:        3 * time.Second,
-			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3},
+			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3, WaitTolerance: 0.5},
 			BurstPercent:         BurstPercent{System: 10, Dedicated: 20, Shared: 100},
 		},
 		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second, HoldAfterFirstCut: 4 * time.Second,
@@ -455,6 +456,8 @@ func TestErrors(t *testing.T) {
 			`tidal.yaml:3: loops.psiStallThreshold: 11s is out of range: want a duration > 0 and <= loops.psiWindow (10s)`},
 		{"unknown auto candidate", "cpu:\n  autoMechanism:\n    candidates: quota,fast\n",
 			`tidal.yaml:3: cpu.autoMechanism.candidates: "quota,fast" is not allowed: want a comma-separated list of distinct mechanisms (idle, shares, quota, cores, quota-on-cut), such as "quota,idle"`},
+		{"negative wait tolerance", "cpu:\n  autoMechanism:\n    waitTolerance: -0.1\n",
+			`tidal.yaml:3: cpu.autoMechanism.waitTolerance: -0.1 is out of range: want a number in [0, 100]`},
 		{"baseline factor under 1", "interference:\n  shared:\n    runQueueWaitOverBaseline: 0.5\n",
 			`tidal.yaml:3: interference.shared.runQueueWaitOverBaseline: 0.5 is out of range: want 0 (off) or a number in [1, 100] (times the workload's own run-queue wait with nothing lent)`},
 		{"baseline shorter than 3 readings", "interference:\n  interval: 1s\n  baselineFor: 2s\n",

@@ -214,6 +214,8 @@ var schema = []*entry{
 				"an integer in [1, 10]", func(v int) bool { return v >= 1 && v <= 10 }),
 			leaf("every", kindDuration, func(c *Config) *time.Duration { return &c.CPU.AutoMechanism.Every },
 				`0 (choose once) or a duration >= 1m, such as "6h"`, func(d time.Duration) bool { return d == 0 || d >= time.Minute }),
+			leaf("waitTolerance", kindFloat, func(c *Config) *float64 { return &c.CPU.AutoMechanism.WaitTolerance },
+				"a number in [0, 100]", inRange(0, 100, false)),
 		),
 		// CPU burst (issue 12).
 		section("burstPercent",

@@ -3,10 +3,18 @@
 // best differs between machines and workloads: on one machine of the same kind a quota kept a
 // web server's tail at alone's, on another it hurt a database's 4.45x. So the agent does not
 // assume: with cpu.mechanism auto it tries each candidate in turn, while the interference
-// feedback sizes lending as always, and keeps the one under which the feedback let the node
-// lend the largest share of its usage ceiling. A mechanism that hurts online work draws cuts
-// and lends less; one that does not lends up to the ceiling. The share, not the amount, is
-// scored, so online load moving between trials does not decide the choice.
+// feedback sizes lending as always, and keeps the one that lends the largest share of the
+// usage ceiling among those that hurt online work least.
+//
+// Two figures are kept per candidate. The harm: online work's run-queue wait over its own
+// wait with nothing lent. The feedback holds that under its targets whatever the mechanism,
+// but under the targets a mechanism can still cost the tail: sharing a core with reclaimed
+// work, even at the idle class, lengthened a web server's wakeups by a third and doubled its
+// p99, where whole cores of their own cost it almost nothing (docs/benchmark.md#sharing-a-core).
+// So a candidate whose harm is more than WaitTolerance above the least harm of any candidate
+// is not chosen. The lent share: among the rest, the one the feedback let lend most of what
+// online usage allowed. The share, not the amount, is scored, so online load moving between
+// trials does not decide the choice.
 //
 // It is pure logic; the interference loop owns a Chooser and feeds it readings.
 package mechanism
@@ -27,8 +35,21 @@ type Config struct {
 	Rounds int
 	// Every is how long a choice holds before the candidates are tried again (0: never).
 	Every time.Duration
-	// Tie: a candidate must beat the earlier one's score by more than this to be chosen.
+	// Tie: a candidate must beat the earlier one's lent share by more than this to be chosen.
 	Tie float64
+	// WaitTolerance: a candidate under which online work's run-queue wait over its baseline
+	// was more than this fraction above the least of any candidate's is not chosen (0.2: up
+	// to 1.2x the least).
+	WaitTolerance float64
+}
+
+// Reading is one interval's figures under the current mechanism.
+type Reading struct {
+	// LentShare is the share (0..1) of what its usage ceiling allowed that the node lent.
+	LentShare float64
+	// WaitOverBaseline is online work's run-queue wait over its own wait with nothing lent
+	// (1: no harm); 0 when no online workload has a baseline yet.
+	WaitOverBaseline float64
 }
 
 // Chooser tries the candidates and keeps the best. Not safe for concurrent use.
@@ -41,10 +62,12 @@ type Chooser struct {
 	trials     int       // trials finished in this exploration
 	chosenAt   time.Time
 
-	sum []float64 // per candidate: the sum and count of its lent shares in this exploration
-	n   []int
+	// Per candidate in this exploration: the sum and count of its lent shares, and of its
+	// readings' harm (those with a baseline).
+	share, wait   []float64
+	nShare, nWait []int
 	// Scores of the last finished exploration (absent: no reading had anything to lend).
-	scores map[string]float64
+	scores map[string]Score
 	reason string
 }
 
@@ -57,7 +80,8 @@ func New(cfg Config) *Chooser {
 
 func (c *Chooser) explore() {
 	c.exploring, c.current, c.trials = true, 0, 0
-	c.sum, c.n = make([]float64, len(c.cfg.Candidates)), make([]int, len(c.cfg.Candidates))
+	k := len(c.cfg.Candidates)
+	c.share, c.wait, c.nShare, c.nWait = make([]float64, k), make([]float64, k), make([]int, k), make([]int, k)
 	c.reason = fmt.Sprintf("trying %s (trial 1 of %d)", c.cfg.Candidates[0], c.total())
 }
 
@@ -69,19 +93,30 @@ func (c *Chooser) Current() string { return c.cfg.Candidates[c.current] }
 // Reason says what the chooser is doing and why, with its figures, for status.
 func (c *Chooser) Reason() string { return c.reason }
 
-// Scores are each candidate's mean lent share in the last finished exploration.
-func (c *Chooser) Scores() map[string]float64 { return c.scores }
+// Score is one candidate's figures over an exploration.
+type Score struct {
+	LentShare float64 // mean lent share
+	// WaitOverBaseline is the mean harm of its readings with a baseline (0: none had one).
+	WaitOverBaseline float64
+}
 
-// Observe records one reading under the current mechanism: the node lent lentShare (0..1)
-// of what its usage ceiling allowed. Call it only when the ceiling was above the minimum
-// (there was something to lend) and lending was not held down for another reason (a baseline
-// measurement, stale metrics). After the choice readings count for nothing.
-func (c *Chooser) Observe(lentShare float64) {
+// Scores are each candidate's figures in the last finished exploration.
+func (c *Chooser) Scores() map[string]Score { return c.scores }
+
+// Observe records one reading under the current mechanism. Call it only when the usage
+// ceiling was above the minimum (there was something to lend) and lending was not held down
+// for another reason (a baseline measurement, stale metrics). After the choice readings count
+// for nothing.
+func (c *Chooser) Observe(r Reading) {
 	if !c.exploring {
 		return
 	}
-	c.sum[c.current] += min(max(lentShare, 0), 1)
-	c.n[c.current]++
+	c.share[c.current] += min(max(r.LentShare, 0), 1)
+	c.nShare[c.current]++
+	if r.WaitOverBaseline > 0 {
+		c.wait[c.current] += r.WaitOverBaseline
+		c.nWait[c.current]++
+	}
 }
 
 // Step moves to the next trial when the current one is over, to the choice after the last
@@ -108,39 +143,75 @@ func (c *Chooser) Step(now time.Time) (mechanism string, changed bool) {
 	return c.Current(), c.Current() != before
 }
 
-// choose keeps the candidate with the highest mean lent share; an earlier candidate wins
-// unless a later one beats it by more than Tie. With no reading at all (nothing to lend the
-// whole time) the first candidate stays.
+// choose keeps, among the candidates that hurt online work least (harm within WaitTolerance
+// of the least), the one with the highest mean lent share; an earlier candidate wins unless a
+// later one beats it by more than Tie. The harm is weighed only when every candidate with
+// readings had some with a baseline: otherwise it cannot be compared, and the share alone
+// decides. With no reading at all (nothing to lend the whole time) the first candidate stays.
 func (c *Chooser) choose(now time.Time) {
 	c.exploring, c.chosenAt = false, now
-	c.scores = map[string]float64{}
-	best := -1
+	c.scores = map[string]Score{}
+	weighWait := true
+	least, leastName := 0.0, ""
 	for i, name := range c.cfg.Candidates {
-		if c.n[i] == 0 {
+		if c.nShare[i] == 0 {
 			continue
 		}
-		c.scores[name] = c.sum[i] / float64(c.n[i])
-		if best < 0 || c.scores[name] > c.scores[c.cfg.Candidates[best]]+c.cfg.Tie {
-			best = i
+		s := Score{LentShare: c.share[i] / float64(c.nShare[i])}
+		if c.nWait[i] > 0 {
+			s.WaitOverBaseline = c.wait[i] / float64(c.nWait[i])
+			if least == 0 || s.WaitOverBaseline < least {
+				least, leastName = s.WaitOverBaseline, name
+			}
+		} else {
+			weighWait = false
 		}
+		c.scores[name] = s
 	}
-	if best < 0 {
+	if len(c.scores) == 0 {
 		c.current = 0
 		c.reason = fmt.Sprintf("kept %s: no reading had anything to lend in %d trials", c.Current(), c.total())
 		return
 	}
+	best := -1
+	var excluded []string
+	for i, name := range c.cfg.Candidates {
+		s, ok := c.scores[name]
+		if !ok {
+			continue
+		}
+		if weighWait && s.WaitOverBaseline > least*(1+c.cfg.WaitTolerance) {
+			excluded = append(excluded, name)
+			continue
+		}
+		if best < 0 || s.LentShare > c.scores[c.cfg.Candidates[best]].LentShare+c.cfg.Tie {
+			best = i
+		}
+	}
 	c.current = best
-	c.reason = fmt.Sprintf("chose %s: mean share of the usage ceiling lent %s", c.Current(), c.describe())
+	c.reason = fmt.Sprintf("chose %s: %s", c.Current(), c.describe())
+	switch {
+	case !weighWait:
+		c.reason += "; the lent share alone decided (no baseline of online work's wait under every candidate)"
+	case len(excluded) > 0:
+		c.reason += fmt.Sprintf("; left out, online wait more than %.2fx %s's: %s",
+			1+c.cfg.WaitTolerance, leastName, strings.Join(excluded, ", "))
+	}
 }
 
+// describe gives each candidate's figures, for the reason.
 func (c *Chooser) describe() string {
 	var parts []string
 	for _, name := range c.cfg.Candidates {
-		if s, ok := c.scores[name]; ok {
-			parts = append(parts, fmt.Sprintf("%s %.2f", name, s))
-		} else {
+		s, ok := c.scores[name]
+		switch {
+		case !ok:
 			parts = append(parts, name+" -")
+		case s.WaitOverBaseline > 0:
+			parts = append(parts, fmt.Sprintf("%s lent %.2f of the ceiling, online wait %.2fx its baseline", name, s.LentShare, s.WaitOverBaseline))
+		default:
+			parts = append(parts, fmt.Sprintf("%s lent %.2f of the ceiling", name, s.LentShare))
 		}
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, "; ")
 }

@@ -1,24 +1,34 @@
 package mechanism
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
 )
 
 func testChooser() *Chooser {
-	return New(Config{Candidates: []string{"quota", "idle", "shares"}, Trial: 10 * time.Second, Rounds: 2, Every: time.Hour, Tie: 0.05})
+	return New(Config{Candidates: []string{"quota", "idle", "shares"}, Trial: 10 * time.Second, Rounds: 2, Every: time.Hour, Tie: 0.05, WaitTolerance: 0.2})
 }
 
-// run feeds each trial the share its mechanism lends and returns the mechanisms in the order
-// they were tried.
+// run feeds each trial the share its mechanism lends (no baselines) and returns the
+// mechanisms in the order they were tried.
 func run(c *Chooser, t0 time.Time, share map[string]float64) (tried []string, end time.Time) {
+	readings := map[string]Reading{}
+	for m, s := range share {
+		readings[m] = Reading{LentShare: s}
+	}
+	return runReadings(c, t0, readings)
+}
+
+// runReadings feeds each trial of an exploration of 6 its mechanism's reading, 10 times.
+func runReadings(c *Chooser, t0 time.Time, readings map[string]Reading) (tried []string, end time.Time) {
 	now := t0
 	c.Step(now)
 	for i := 0; i < 6; i++ {
 		tried = append(tried, c.Current())
 		for s := 0; s < 10; s++ {
-			c.Observe(share[c.Current()])
+			c.Observe(readings[c.Current()])
 		}
 		now = now.Add(10 * time.Second)
 		c.Step(now)
@@ -33,11 +43,11 @@ func TestTriesEachInTurnThenKeepsTheOneThatLendsMost(t *testing.T) {
 	if got := strings.Join(tried, ","); got != "quota,idle,shares,quota,idle,shares" {
 		t.Fatalf("tried %s", got)
 	}
-	if c.Current() != "idle" || !strings.Contains(c.Reason(), "chose idle") || !strings.Contains(c.Reason(), "quota 0.40, idle 0.90, shares 0.70") {
+	if c.Current() != "idle" || !strings.Contains(c.Reason(), "chose idle: quota lent 0.40 of the ceiling; idle lent 0.90 of the ceiling; shares lent 0.70 of the ceiling; the lent share alone decided") {
 		t.Fatalf("chose %s: %s", c.Current(), c.Reason())
 	}
 	// Readings after the choice count for nothing, and the choice holds until Every.
-	c.Observe(0)
+	c.Observe(Reading{})
 	if m, changed := c.Step(end.Add(59 * time.Minute)); m != "idle" || changed {
 		t.Errorf("within Every: %s changed %v", m, changed)
 	}
@@ -71,11 +81,62 @@ func TestSharesAreClamped(t *testing.T) {
 	c := New(Config{Candidates: []string{"quota", "idle"}, Trial: time.Second, Rounds: 1})
 	now := time.Unix(1000, 0)
 	c.Step(now)
-	c.Observe(7) // a ceiling that fell under what was lent
+	c.Observe(Reading{LentShare: 7}) // a ceiling that fell under what was lent
 	c.Step(now.Add(time.Second))
-	c.Observe(-1)
+	c.Observe(Reading{LentShare: -1})
 	c.Step(now.Add(2 * time.Second))
-	if s := c.Scores(); s["quota"] != 1 || s["idle"] != 0 || c.Current() != "quota" {
+	if s := c.Scores(); s["quota"].LentShare != 1 || s["idle"].LentShare != 0 || c.Current() != "quota" {
 		t.Errorf("scores %v, chose %s", s, c.Current())
+	}
+}
+
+// A candidate that lends more but lengthens online work's wait past the tolerance loses to
+// one that hurts less; among those within it the lent share decides.
+func TestTheWaitLeavesOutACandidateThatHurtsOnlineWork(t *testing.T) {
+	c := testChooser()
+	runReadings(c, time.Unix(1000, 0), map[string]Reading{
+		"quota":  {LentShare: 0.40, WaitOverBaseline: 1.10},
+		"idle":   {LentShare: 0.90, WaitOverBaseline: 1.60}, // lends most, hurts most
+		"shares": {LentShare: 0.70, WaitOverBaseline: 1.25}, // within 1.2x quota's wait
+	})
+	if c.Current() != "shares" {
+		t.Fatalf("chose %s: %s", c.Current(), c.Reason())
+	}
+	want := "chose shares: quota lent 0.40 of the ceiling, online wait 1.10x its baseline; " +
+		"idle lent 0.90 of the ceiling, online wait 1.60x its baseline; " +
+		"shares lent 0.70 of the ceiling, online wait 1.25x its baseline; " +
+		"left out, online wait more than 1.20x quota's: idle"
+	if c.Reason() != want {
+		t.Errorf("reason\n got %s\nwant %s", c.Reason(), want)
+	}
+	if s := c.Scores()["idle"]; math.Abs(s.LentShare-0.9) > 1e-9 || math.Abs(s.WaitOverBaseline-1.6) > 1e-9 {
+		t.Errorf("idle's score %+v", s)
+	}
+}
+
+// Readings without a baseline do not count toward the wait, and a candidate with none at all
+// makes the wait incomparable: the lent share alone decides.
+func TestTheWaitIsWeighedOnlyWhenEveryCandidateHasOne(t *testing.T) {
+	c := New(Config{Candidates: []string{"cores", "quota-on-cut"}, Trial: 10 * time.Second, Rounds: 3, WaitTolerance: 0.2})
+	runReadings(c, time.Unix(1000, 0), map[string]Reading{
+		"cores":        {LentShare: 0.5, WaitOverBaseline: 1.1},
+		"quota-on-cut": {LentShare: 0.9},
+	})
+	if c.Current() != "quota-on-cut" || !strings.HasSuffix(c.Reason(), "the lent share alone decided (no baseline of online work's wait under every candidate)") {
+		t.Errorf("chose %s: %s", c.Current(), c.Reason())
+	}
+
+	c = New(Config{Candidates: []string{"cores", "quota-on-cut"}, Trial: time.Second, Rounds: 1, WaitTolerance: 0.2})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	c.Observe(Reading{LentShare: 0.5, WaitOverBaseline: 1.0})
+	c.Step(now.Add(time.Second))
+	// quota-on-cut: one reading near its baseline, one without a baseline at all: its
+	// wait is the mean of the one that had one.
+	c.Observe(Reading{LentShare: 0.9, WaitOverBaseline: 1.15})
+	c.Observe(Reading{LentShare: 0.9})
+	c.Step(now.Add(2 * time.Second))
+	if s := c.Scores()["quota-on-cut"]; c.Current() != "quota-on-cut" || math.Abs(s.WaitOverBaseline-1.15) > 1e-9 {
+		t.Errorf("chose %s, quota-on-cut's score %+v: %s", c.Current(), s, c.Reason())
 	}
 }

@@ -91,7 +91,7 @@ var scenarios = []scenario{
 		About:       "tidal with absolute run-queue wait targets only (no baseline of the online service's own wait)"},
 	{Name: "tidal-auto", Online: true, Offline: true, Tidal: true,
 		agentConfig: "cpu:\n  mechanism: auto\n  autoMechanism:\n    trial: 5s\n    rounds: 2\n",
-		About:       "tidal with cpu.mechanism auto, 5 s trials (quota, idle, quota, idle), then the choice for the rest of the day"},
+		About:       "tidal with cpu.mechanism auto, 5 s trials of its default candidates (cores, quota-on-cut, cores, quota-on-cut), then the choice for the rest of the day"},
 	{Name: "tidal-peak-limits", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  limitWindow: 30s\n",
 		About: "tidal whose limits follow online peak over the 30 s cpu.peakWindow, as before cpu.limitWindow (5 s)"},
 	{Name: "tidal-no-burst", Online: true, Offline: true, Tidal: true, agentConfig: "loops:\n  fastBurstWindow: 0s\n",

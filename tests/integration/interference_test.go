@@ -267,7 +267,8 @@ func TestAutoMechanismTriesEachAndChooses(t *testing.T) {
 		return nil
 	})
 	t.Logf("choice: %s", c.MechanismChoice)
-	if scores := regexp.MustCompile(`quota [01]\.\d\d, idle [01]\.\d\d`); c.Mechanism != "quota" || !scores.MatchString(c.MechanismChoice) {
+	scores := regexp.MustCompile(`quota lent [01]\.\d\d of the ceiling; idle lent [01]\.\d\d of the ceiling; the lent share alone decided`)
+	if c.Mechanism != "quota" || !scores.MatchString(c.MechanismChoice) {
 		t.Errorf("with no online work the first candidate should win the tie, with both scores shown: %s %s", c.Mechanism, c.MechanismChoice)
 	}
 	n.eventually(5*time.Second, "the quota back on the reclaimed tier", func() error {
@@ -284,6 +285,31 @@ func TestAutoMechanismTriesEachAndChooses(t *testing.T) {
 	}
 	if len(switches) != 2 || !strings.Contains(switches[0], "quota -> idle") || !strings.Contains(switches[1], "idle -> quota") {
 		t.Errorf("mechanism actions: %q", switches)
+	}
+}
+
+// With online work running, cpu.mechanism auto weighs how long it waited for a CPU under each
+// candidate against its own wait with nothing lent (its baseline, measured when it appears),
+// read from the kernel's schedstat: the choice shows both candidates' figures.
+func TestAutoMechanismWeighsOnlineWait(t *testing.T) {
+	n := newNode(t, "cpu:\n  mechanism: auto\n  autoMechanism:\n    candidates: cores,quota-on-cut\n    trial: 5s\n    rounds: 1\n")
+	n.start()
+	n.run("--tier", "shared", "--name", "web", "--", "sh", "-c", "while :; do :; done")
+	n.run("--tier", "reclaimed", "--name", "batch", "--", "sh", "-c", "while :; do :; done")
+	n.waitWorkload("web")
+	n.waitWorkload("batch")
+	var c reporter.Control
+	n.eventually(30*time.Second, "a choice", func() error {
+		if c = n.status().Pools[0].Control; !strings.HasPrefix(c.MechanismChoice, "auto: chose") {
+			return fmt.Errorf("mechanism %s: %s", c.Mechanism, c.MechanismChoice)
+		}
+		return nil
+	})
+	t.Logf("choice: %s", c.MechanismChoice)
+	figures := regexp.MustCompile(`cores lent [01]\.\d\d of the ceiling, online wait \d+\.\d\dx its baseline; ` +
+		`quota-on-cut lent [01]\.\d\d of the ceiling, online wait \d+\.\d\dx its baseline`)
+	if !figures.MatchString(c.MechanismChoice) {
+		t.Errorf("the choice should show each candidate's lent share and online wait: %s", c.MechanismChoice)
 	}
 }
 
