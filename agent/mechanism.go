@@ -141,9 +141,14 @@ func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools, waitOv
 	if informative && ceiling > 0 {
 		a.chooser.Observe(mechanism.Reading{LentShare: float64(lent) / float64(ceiling), WaitOverBaseline: waitOverBaseline})
 	}
-	m, changed := a.chooser.Step(now)
+	m, changed, chose := a.chooser.Step(now)
 	a.mechChoice = "auto: " + a.chooser.Reason()
 	if !changed {
+		if chose {
+			// A choice that keeps the last trial's mechanism is still the decision of the
+			// exploration, with the figures behind it.
+			a.actionLocked("mechanism", "auto", fmt.Sprintf("reclaimed CPU mechanism stays %s (%s)", m, a.chooser.Reason()))
+		}
 		return false
 	}
 	a.actionLocked("mechanism", "auto", fmt.Sprintf("reclaimed CPU mechanism %s -> %s (%s)", a.mech, m, a.chooser.Reason()))

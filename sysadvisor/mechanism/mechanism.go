@@ -121,8 +121,9 @@ func (c *Chooser) Observe(r Reading) {
 
 // Step moves to the next trial when the current one is over, to the choice after the last
 // one, and back to exploring when the choice is older than Every. It returns the mechanism to
-// use now and whether it changed.
-func (c *Chooser) Step(now time.Time) (mechanism string, changed bool) {
+// use now, whether it changed, and whether an exploration ended in a choice at this step
+// (which may keep the mechanism of the last trial).
+func (c *Chooser) Step(now time.Time) (mechanism string, changed, chose bool) {
 	before := c.Current()
 	switch {
 	case c.trialStart.IsZero():
@@ -136,11 +137,12 @@ func (c *Chooser) Step(now time.Time) (mechanism string, changed bool) {
 			break
 		}
 		c.choose(now)
+		chose = true
 	case !c.exploring && c.cfg.Every > 0 && now.Sub(c.chosenAt) >= c.cfg.Every:
 		c.explore()
 		c.trialStart = now
 	}
-	return c.Current(), c.Current() != before
+	return c.Current(), c.Current() != before, chose
 }
 
 // choose keeps, among the candidates that hurt online work least (harm within WaitTolerance
@@ -194,7 +196,7 @@ func (c *Chooser) choose(now time.Time) {
 	case !weighWait:
 		c.reason += "; the lent share alone decided (no baseline of online work's wait under every candidate)"
 	case len(excluded) > 0:
-		c.reason += fmt.Sprintf("; left out, online wait more than %.2fx %s's: %s",
+		c.reason += fmt.Sprintf("; left out, online wait more than %.2fx that under %s: %s",
 			1+c.cfg.WaitTolerance, leastName, strings.Join(excluded, ", "))
 	}
 }

@@ -48,10 +48,10 @@ func TestTriesEachInTurnThenKeepsTheOneThatLendsMost(t *testing.T) {
 	}
 	// Readings after the choice count for nothing, and the choice holds until Every.
 	c.Observe(Reading{})
-	if m, changed := c.Step(end.Add(59 * time.Minute)); m != "idle" || changed {
+	if m, changed, chose := c.Step(end.Add(59 * time.Minute)); m != "idle" || changed || chose {
 		t.Errorf("within Every: %s changed %v", m, changed)
 	}
-	if m, changed := c.Step(end.Add(time.Hour)); m != "quota" || !changed || !strings.Contains(c.Reason(), "trying quota (trial 1 of 6)") {
+	if m, changed, chose := c.Step(end.Add(time.Hour)); m != "quota" || !changed || chose || !strings.Contains(c.Reason(), "trying quota (trial 1 of 6)") {
 		t.Errorf("after Every: %s changed %v (%s)", m, changed, c.Reason())
 	}
 }
@@ -105,7 +105,7 @@ func TestTheWaitLeavesOutACandidateThatHurtsOnlineWork(t *testing.T) {
 	want := "chose shares: quota lent 0.40 of the ceiling, online wait 1.10x its baseline; " +
 		"idle lent 0.90 of the ceiling, online wait 1.60x its baseline; " +
 		"shares lent 0.70 of the ceiling, online wait 1.25x its baseline; " +
-		"left out, online wait more than 1.20x quota's: idle"
+		"left out, online wait more than 1.20x that under quota: idle"
 	if c.Reason() != want {
 		t.Errorf("reason\n got %s\nwant %s", c.Reason(), want)
 	}
@@ -135,8 +135,9 @@ func TestTheWaitIsWeighedOnlyWhenEveryCandidateHasOne(t *testing.T) {
 	// wait is the mean of the one that had one.
 	c.Observe(Reading{LentShare: 0.9, WaitOverBaseline: 1.15})
 	c.Observe(Reading{LentShare: 0.9})
-	c.Step(now.Add(2 * time.Second))
-	if s := c.Scores()["quota-on-cut"]; c.Current() != "quota-on-cut" || math.Abs(s.WaitOverBaseline-1.15) > 1e-9 {
-		t.Errorf("chose %s, quota-on-cut's score %+v: %s", c.Current(), s, c.Reason())
+	// The choice keeps the last trial's mechanism: no change, but a choice all the same.
+	m, changed, chose := c.Step(now.Add(2 * time.Second))
+	if s := c.Scores()["quota-on-cut"]; m != "quota-on-cut" || changed || !chose || math.Abs(s.WaitOverBaseline-1.15) > 1e-9 {
+		t.Errorf("chose %s (changed %v, chose %v), quota-on-cut's score %+v: %s", m, changed, chose, s, c.Reason())
 	}
 }

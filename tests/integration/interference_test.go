@@ -311,6 +311,17 @@ func TestAutoMechanismWeighsOnlineWait(t *testing.T) {
 	if !figures.MatchString(c.MechanismChoice) {
 		t.Errorf("the choice should show each candidate's lent share and online wait: %s", c.MechanismChoice)
 	}
+	// The choice is an action with its figures, whether it switches the mechanism or keeps
+	// the last trial's.
+	var last string
+	for _, a := range n.status().Actions {
+		if a.Kind == "mechanism" {
+			last = a.Reason
+		}
+	}
+	if !strings.Contains(last, "(chose ") || !figures.MatchString(last) {
+		t.Errorf("the last mechanism action should be the choice with its figures: %q", last)
+	}
 }
 
 // Cycles per instruction: where the hardware counts them, status shows a busy online
