@@ -405,8 +405,8 @@ func Default() Config {
 				// is lent (docs/benchmark.md#xeon480). cores first, as it is tried first.
 				Candidates: string(plugins.MechanismCores) + "," + MechanismQuotaOnCut,
 				Trial:      time.Minute, Rounds: 2, Every: 6 * time.Hour,
-				// Sharing a core raised a web server's wait by 19-46% over whole cores of
-				// its own (docs/benchmark.md#auto-tail), and its p99 by 1.5-1.7x.
+				// Sharing a core raised web servers' wait 1.2-3x over whole cores of their
+				// own, and their p99 from within the noise to 1.6x (docs/benchmark.md#auto-tail).
 				WaitTolerance: 0.2,
 			},
 			QuotaAfterCut: time.Second,
