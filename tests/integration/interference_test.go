@@ -259,14 +259,7 @@ func TestAutoMechanismTriesEachAndChooses(t *testing.T) {
 		}
 		return nil
 	})
-	var c reporter.Control
-	n.eventually(15*time.Second, "a choice", func() error {
-		if c = n.status().Pools[0].Control; !strings.HasPrefix(c.MechanismChoice, "auto: chose") {
-			return fmt.Errorf("mechanism %s: %s", c.Mechanism, c.MechanismChoice)
-		}
-		return nil
-	})
-	t.Logf("choice: %s", c.MechanismChoice)
+	c := autoChoice(t, n, 15*time.Second)
 	scores := regexp.MustCompile(`quota lent [01]\.\d\d of the ceiling; idle lent [01]\.\d\d of the ceiling; the lent share alone decided`)
 	if c.Mechanism != "quota" || !scores.MatchString(c.MechanismChoice) {
 		t.Errorf("with no online work the first candidate should win the tie, with both scores shown: %s %s", c.Mechanism, c.MechanismChoice)
@@ -288,6 +281,21 @@ func TestAutoMechanismTriesEachAndChooses(t *testing.T) {
 	}
 }
 
+// autoChoice waits up to within for cpu.mechanism auto's choice and returns the control that
+// shows it.
+func autoChoice(t *testing.T, n *node, within time.Duration) reporter.Control {
+	t.Helper()
+	var c reporter.Control
+	n.eventually(within, "a choice", func() error {
+		if c = n.status().Pools[0].Control; !strings.HasPrefix(c.MechanismChoice, "auto: chose") {
+			return fmt.Errorf("mechanism %s: %s", c.Mechanism, c.MechanismChoice)
+		}
+		return nil
+	})
+	t.Logf("choice: %s", c.MechanismChoice)
+	return c
+}
+
 // With online work running, cpu.mechanism auto weighs how long it waited for a CPU under each
 // candidate against its own wait with nothing lent (its baseline, measured when it appears),
 // read from the kernel's schedstat: the choice shows both candidates' figures.
@@ -298,14 +306,7 @@ func TestAutoMechanismWeighsOnlineWait(t *testing.T) {
 	n.run("--tier", "reclaimed", "--name", "batch", "--", "sh", "-c", "while :; do :; done")
 	n.waitWorkload("web")
 	n.waitWorkload("batch")
-	var c reporter.Control
-	n.eventually(30*time.Second, "a choice", func() error {
-		if c = n.status().Pools[0].Control; !strings.HasPrefix(c.MechanismChoice, "auto: chose") {
-			return fmt.Errorf("mechanism %s: %s", c.Mechanism, c.MechanismChoice)
-		}
-		return nil
-	})
-	t.Logf("choice: %s", c.MechanismChoice)
+	c := autoChoice(t, n, 30*time.Second)
 	figures := regexp.MustCompile(`cores lent [01]\.\d\d of the ceiling, online wait \d+\.\d\dx its baseline; ` +
 		`quota-on-cut lent [01]\.\d\d of the ceiling, online wait \d+\.\d\dx its baseline`)
 	if !figures.MatchString(c.MechanismChoice) {
