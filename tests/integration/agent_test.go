@@ -205,15 +205,7 @@ func TestQuotaOnCutQuotasReclaimedWorkOnlyAfterACut(t *testing.T) {
 // (the cgroups' cpusets and the processes' affinity say so) with no quota; online load hands
 // the cores back at once, to the online cgroups too, and the quota holds what is left.
 func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
-	if runtime.NumCPU() < 2 {
-		t.Skip("needs 2 CPUs: one lent, one kept")
-	}
-	n := newNode(t, "cpu:\n  peakWindow: 3s\n  mechanism: cores\n")
-	n.start()
-	n.run("--tier", "shared", "--name", "web", "--", "sleep", "600")
-	web := n.waitWorkload("web")
-	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
-	burn := n.waitWorkload("burn")
+	n, web, burn := idleWebBesideABurner(t, "cpu:\n  peakWindow: 3s\n  mechanism: cores\n")
 	affinity := func(pid int) cpuset.CPUSet {
 		var set unix.CPUSet
 		if err := unix.SchedGetaffinity(pid, &set); err != nil {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,3 +176,20 @@ func readFile(path string) (string, error) {
 var tail = testutil.Tail
 
 type syncBuffer = testutil.SyncBuffer
+
+// idleWebBesideABurner starts a node with config, an idle shared workload "web" and a
+// reclaimed burner "burn" on every CPU: a node with whole cores to lend. It needs 2 CPUs, one
+// to lend and one to keep.
+func idleWebBesideABurner(t *testing.T, config string) (n *node, web, burn reporter.Workload) {
+	t.Helper()
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs: one lent, one kept")
+	}
+	n = newNode(t, config)
+	n.start()
+	n.run("--tier", "shared", "--name", "web", "--", "sleep", "600")
+	web = n.waitWorkload("web")
+	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	burn = n.waitWorkload("burn")
+	return n, web, burn
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/perfcount"
 	"github.com/tidalqos/tidal/tests/testutil"
+	"k8s.io/utils/cpuset"
 )
 
 // The interference feedback with real processes: online threads that wait in the run queue
@@ -323,6 +324,32 @@ func TestAutoMechanismWeighsOnlineWait(t *testing.T) {
 	if !strings.Contains(last, "(chose ") || !figures.MatchString(last) {
 		t.Errorf("the last mechanism action should be the choice with its figures: %q", last)
 	}
+}
+
+// A switch away from cores gives online work back the cores it lent: the trial of cores takes
+// a whole core out of the online cgroups' cpusets, and the next trial (quota-on-cut) widens
+// them to the whole shared pool again.
+func TestAutoMechanismSwitchFromCoresWidensOnlineWork(t *testing.T) {
+	n, web, _ := idleWebBesideABurner(t, "cpu:\n  peakWindow: 3s\n  mechanism: auto\n  autoMechanism:\n    candidates: cores,quota-on-cut\n    trial: 8s\n    rounds: 1\n")
+	n.eventually(10*time.Second, "the cores trial: a whole core lent, online work off it", func() error {
+		p := n.status().Pools[0]
+		if p.Control.Mechanism != "cores" || !p.Exclusive || n.cpus(web.Cgroup).String() != p.Online {
+			return fmt.Errorf("mechanism %s, exclusive %v, online on %s, web on %s", p.Control.Mechanism, p.Exclusive, p.Online, n.cpus(web.Cgroup))
+		}
+		return nil
+	})
+	n.eventually(10*time.Second, "the next trial: online work on the whole shared pool again", func() error {
+		p := n.status().Pools[0]
+		shared, err := cpuset.Parse(p.Shared)
+		if err != nil {
+			return err
+		}
+		if p.Control.Mechanism == "cores" || p.Exclusive || !n.cpus(n.root+"/shared").Equals(shared) || !n.cpus(web.Cgroup).Equals(shared) {
+			return fmt.Errorf("mechanism %s, exclusive %v; shared tier on %s, web on %s, pool %s",
+				p.Control.Mechanism, p.Exclusive, n.cpus(n.root+"/shared"), n.cpus(web.Cgroup), p.Shared)
+		}
+		return nil
+	})
 }
 
 // Cycles per instruction: where the hardware counts them, status shows a busy online
