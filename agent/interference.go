@@ -14,6 +14,7 @@ import (
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/interference"
+	"github.com/tidalqos/tidal/sysadvisor/mechanism"
 	"github.com/tidalqos/tidal/sysadvisor/perfcount"
 )
 
@@ -61,12 +62,6 @@ type onlineWorkload struct {
 	slo     qos.SLO
 }
 
-// harmlessWait: run-queue wait under this per unit of CPU run counts as none in the auto
-// mechanism chooser's harm, so that a workload that almost never waits (a CPU spinner: 0.002
-// alone) does not show a fivefold harm for a few wakeups. The servers of the benchmark wait
-// 0.03-0.33 alone.
-const harmlessWait = 0.02
-
 // interfere reads the indicators (no lock held), hands each NUMA node's to the advisor and,
 // if one was cut, writes the reclaimed limits. While online workloads' baselines are measured
 // it holds lending at the minimum instead, and gives it back when the measurement ends.
@@ -102,9 +97,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	perNode := map[int][]advisor.Indicator{}
 	shown := map[int][]reporter.Indicator{}
 	var active []string // workloads with a reading whose target is relative to a baseline
-	// Online work's run-queue wait, and what it would be at the workloads' baselines, each
-	// workload weighted by the CPU it ran: the auto mechanism chooser's harm.
-	var waited, waitedAtBaseline float64
+	var harm mechanism.Harm // online work's wait over its baselines, for the auto chooser
 	for _, r := range readings {
 		w := online[r.Name]
 		var inds []reporter.Indicator
@@ -124,8 +117,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 				if b, borrowed, ok := baselines.Of(r.Name, run); ok {
 					wait.Baseline, wait.BaselineBorrowed = b, borrowed
 					wait.Target = max(wait.Target, w.targets.RunQueueWaitOverBaseline*b)
-					waited += max(wait.Value, harmlessWait) * float64(run)
-					waitedAtBaseline += max(b, harmlessWait) * float64(run)
+					harm.Add(wait.Value, b, run)
 				}
 			}
 			inds = append(inds, wait,
@@ -174,11 +166,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			act(a.advisor.Interfere(now, np.Node, perNode[np.Node]), "throttle", "interference")
 		}
 	}
-	var harm float64
-	if waitedAtBaseline > 0 {
-		harm = waited / waitedAtBaseline
-	}
-	if a.chooseMechanismLocked(now, pools, harm) {
+	if a.chooseMechanismLocked(now, pools, harm.WaitOverBaseline()) {
 		changed = true
 	}
 	a.indicators = shown

@@ -52,6 +52,31 @@ type Reading struct {
 	WaitOverBaseline float64
 }
 
+// harmlessWait: run-queue wait under this per unit of CPU run counts as none in the harm, so
+// that a workload that almost never waits (a CPU spinner: 0.002 alone) does not show a
+// fivefold harm for a few wakeups. The servers of the benchmark wait 0.03-0.33 alone.
+const harmlessWait = 0.02
+
+// Harm sums one interval's online run-queue wait against what it would be at the workloads'
+// baselines, each workload weighted by the CPU it ran: a Reading's WaitOverBaseline.
+type Harm struct{ waited, atBaseline float64 }
+
+// Add counts one online workload's wait and baseline (per unit of CPU run) over runMilli
+// millicores run.
+func (h *Harm) Add(wait, baseline float64, runMilli int64) {
+	h.waited += max(wait, harmlessWait) * float64(runMilli)
+	h.atBaseline += max(baseline, harmlessWait) * float64(runMilli)
+}
+
+// WaitOverBaseline is the weighted wait over the weighted baselines; 0 when no workload with
+// a baseline ran.
+func (h Harm) WaitOverBaseline() float64 {
+	if h.atBaseline <= 0 {
+		return 0
+	}
+	return h.waited / h.atBaseline
+}
+
 // Chooser tries the candidates and keeps the best. Not safe for concurrent use.
 type Chooser struct {
 	cfg Config

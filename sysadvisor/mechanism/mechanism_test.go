@@ -141,3 +141,17 @@ func TestTheWaitIsWeighedOnlyWhenEveryCandidateHasOne(t *testing.T) {
 		t.Errorf("chose %s (changed %v, chose %v), quota-on-cut's score %+v: %s", m, changed, chose, s, c.Reason())
 	}
 }
+
+// The harm weighs each workload by the CPU it ran, and waits under harmlessWait count as none.
+func TestHarmWeighsByRunAndIgnoresTinyWaits(t *testing.T) {
+	var h Harm
+	if got := h.WaitOverBaseline(); got != 0 {
+		t.Fatalf("no workload: %v, want 0", got)
+	}
+	h.Add(0.30, 0.10, 900)  // a busy server at 3x its baseline
+	h.Add(0.01, 0.002, 100) // a spinner: both under harmlessWait, so no harm
+	want := (0.30*900 + harmlessWait*100) / (0.10*900 + harmlessWait*100)
+	if got := h.WaitOverBaseline(); math.Abs(got-want) > 1e-9 {
+		t.Errorf("harm %v, want %v", got, want)
+	}
+}
