@@ -246,7 +246,7 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 	a.mechChoice = "set by cpu.mechanism"
 	if cfg.CPU.Mechanism == config.MechanismAuto {
 		m := cfg.CPU.AutoMechanism
-		a.chooser = mechanism.New(mechanism.Config{Candidates: m.CandidateList(), Trial: m.Trial, Rounds: m.Rounds, Every: m.Every, Tie: mechanismTie, WaitTolerance: m.WaitTolerance})
+		a.chooser = mechanism.New(mechanism.Config{Candidates: m.CandidateList(), Trial: m.Trial, Rounds: m.Rounds, Every: m.Every, Tie: mechanismTie, WaitTolerance: m.WaitTolerance, SLOTolerance: m.SLOTolerance})
 		a.setMechanismLocked(a.chooser.Current())
 		a.mechChoice = "auto: " + a.chooser.Reason()
 	}

@@ -98,12 +98,14 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	shown := map[int][]reporter.Indicator{}
 	var active []string // workloads with a reading whose target is relative to a baseline
 	var harm mechanism.Harm // online work's wait over its baselines, for the auto chooser
+	var probeOverSLO float64 // the worst SLO probe over its target, for the auto chooser
 	for _, r := range readings {
 		w := online[r.Name]
 		var inds []reporter.Indicator
 		if took, ok := probes.latency(r.Name); ok {
 			// The workload's own SLO signal counts whatever CPU it ran.
 			inds = append(inds, reporter.Indicator{Name: indicatorProbe, Value: took.Seconds(), Target: w.slo.Latency.Seconds()})
+			probeOverSLO = max(probeOverSLO, took.Seconds()/w.slo.Latency.Seconds())
 		}
 		run := state.Milli(r.Run, interval)
 		if r.Err == nil && r.Run >= minRun {
@@ -166,7 +168,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			act(a.advisor.Interfere(now, np.Node, perNode[np.Node]), "throttle", "interference")
 		}
 	}
-	if a.chooseMechanismLocked(now, pools, harm.WaitOverBaseline()) {
+	if a.chooseMechanismLocked(now, pools, mechanism.Reading{WaitOverBaseline: harm.WaitOverBaseline(), ProbeOverSLO: probeOverSLO}) {
 		changed = true
 	}
 	a.indicators = shown

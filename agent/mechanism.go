@@ -112,11 +112,12 @@ func (a *Agent) resolveMechanismLocked(now time.Time) (plugins.CPUMechanism, mec
 // usage ceiling than an earlier one to be chosen over it (readings are noisy).
 const mechanismTie = 0.05
 
-// chooseMechanismLocked feeds the auto chooser this reading (the share of the usage ceiling
-// the node lends, and waitOverBaseline, online work's run-queue wait over its baselines, 0
-// without one; when there is something to lend and nothing else holds lending down) and
-// switches the mechanism when a trial ends. It reports whether the mechanism changed.
-func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools, waitOverBaseline float64) bool {
+// chooseMechanismLocked feeds the auto chooser this reading (harm, online work's run-queue
+// wait over its baselines and its worst SLO probe over its target, with the share of the
+// usage ceiling the node lends; when there is something to lend and nothing else holds
+// lending down) and switches the mechanism when a trial ends. It reports whether the
+// mechanism changed.
+func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools, harm mechanism.Reading) bool {
 	if a.chooser == nil {
 		return false
 	}
@@ -139,7 +140,8 @@ func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools, waitOv
 		}
 	}
 	if informative && ceiling > 0 {
-		a.chooser.Observe(mechanism.Reading{LentShare: float64(lent) / float64(ceiling), WaitOverBaseline: waitOverBaseline})
+		harm.LentShare = float64(lent) / float64(ceiling)
+		a.chooser.Observe(harm)
 	}
 	m, changed, chose := a.chooser.Step(now)
 	a.mechChoice = "auto: " + a.chooser.Reason()

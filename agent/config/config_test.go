@@ -70,6 +70,7 @@ cpu:
     rounds: 3
     every: 0s
     waitTolerance: 0.5
+    sloTolerance: 0.1
   burstPercent:
     system: 10
     dedicated: 20
@@ -176,7 +177,7 @@ func fullExampleConfig() Config {
 			CoreUtilization:      0.6,
 			Mechanism:            "auto",
 			QuotaAfterCut:        3 * time.Second,
-			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3, WaitTolerance: 0.5},
+			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3, WaitTolerance: 0.5, SLOTolerance: 0.1},
 			BurstPercent:         BurstPercent{System: 10, Dedicated: 20, Shared: 100},
 		},
 		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second, HoldAfterFirstCut: 4 * time.Second,
@@ -458,6 +459,8 @@ func TestErrors(t *testing.T) {
 			`tidal.yaml:3: cpu.autoMechanism.candidates: "quota,fast" is not allowed: want a comma-separated list of distinct mechanisms (idle, shares, quota, cores, quota-on-cut), such as "quota,idle"`},
 		{"negative wait tolerance", "cpu:\n  autoMechanism:\n    waitTolerance: -0.1\n",
 			`tidal.yaml:3: cpu.autoMechanism.waitTolerance: -0.1 is out of range: want a number in [0, 100]`},
+		{"SLO tolerance over one", "cpu:\n  autoMechanism:\n    sloTolerance: 5\n",
+			`tidal.yaml:3: cpu.autoMechanism.sloTolerance: 5 is out of range: want a share in [0, 1]`},
 		{"baseline factor under 1", "interference:\n  shared:\n    runQueueWaitOverBaseline: 0.5\n",
 			`tidal.yaml:3: interference.shared.runQueueWaitOverBaseline: 0.5 is out of range: want 0 (off) or a number in [1, 100] (times the workload's own run-queue wait with nothing lent)`},
 		{"baseline shorter than 3 readings", "interference:\n  interval: 1s\n  baselineFor: 2s\n",

@@ -216,6 +216,8 @@ var schema = []*entry{
 				`0 (choose once) or a duration >= 1m, such as "6h"`, func(d time.Duration) bool { return d == 0 || d >= time.Minute }),
 			leaf("waitTolerance", kindFloat, func(c *Config) *float64 { return &c.CPU.AutoMechanism.WaitTolerance },
 				"a number in [0, 100]", inRange(0, 100, false)),
+			leaf("sloTolerance", kindFloat, func(c *Config) *float64 { return &c.CPU.AutoMechanism.SLOTolerance },
+				"a share in [0, 1]", inRange(0, 1, false)),
 		),
 		// CPU burst (issue 12).
 		section("burstPercent",

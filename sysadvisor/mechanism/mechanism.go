@@ -16,6 +16,13 @@
 // online usage allowed. The share, not the amount, is scored, so online load moving between
 // trials does not decide the choice.
 //
+// Where online work has an SLO probe (an operator's own latency signal), the probe speaks
+// for the harm instead of the wait: a candidate under which a probe was over its target in
+// more than SLOTolerance more of the readings than under the best candidate is not chosen.
+// The wait is a proxy whose price in latency differs between machines; an SLO that holds
+// under both says the lending the tighter mechanism gives up buys nothing the operator asked
+// for.
+//
 // It is pure logic; the interference loop owns a Chooser and feeds it readings.
 package mechanism
 
@@ -41,6 +48,10 @@ type Config struct {
 	// was more than this fraction above the least of any candidate's is not chosen (0.2: up
 	// to 1.2x the least).
 	WaitTolerance float64
+	// SLOTolerance: where every candidate's readings have SLO probe answers, a candidate under
+	// which a probe was over its target in more than this share of the readings above the
+	// least of any candidate's is not chosen (0.05: five readings in a hundred).
+	SLOTolerance float64
 }
 
 // Reading is one interval's figures under the current mechanism.
@@ -50,6 +61,9 @@ type Reading struct {
 	// WaitOverBaseline is online work's run-queue wait over its own wait with nothing lent
 	// (1: no harm); 0 when no online workload has a baseline yet.
 	WaitOverBaseline float64
+	// ProbeOverSLO is the worst online workload's SLO probe latency over its target (over 1:
+	// over the SLO); 0 when no online workload has a probe answer.
+	ProbeOverSLO float64
 }
 
 // harmlessWait: run-queue wait under this per unit of CPU run counts as none in the harm, so
@@ -87,10 +101,12 @@ type Chooser struct {
 	trials     int       // trials finished in this exploration
 	chosenAt   time.Time
 
-	// Per candidate in this exploration: the sum and count of its lent shares, and of its
-	// readings' harm (those with a baseline).
-	share, wait   []float64
-	nShare, nWait []int
+	// Per candidate in this exploration: the sum and count of its lent shares, of its
+	// readings' harm (those with a baseline), and its readings with a probe answer and those
+	// of them over the SLO.
+	share, wait     []float64
+	nShare, nWait   []int
+	probed, overSLO []int
 	// Scores of the last finished exploration (absent: no reading had anything to lend).
 	scores map[string]Score
 	reason string
@@ -107,6 +123,7 @@ func (c *Chooser) explore() {
 	c.exploring, c.current, c.trials = true, 0, 0
 	k := len(c.cfg.Candidates)
 	c.share, c.wait, c.nShare, c.nWait = make([]float64, k), make([]float64, k), make([]int, k), make([]int, k)
+	c.probed, c.overSLO = make([]int, k), make([]int, k)
 	c.reason = fmt.Sprintf("trying %s (trial 1 of %d)", c.cfg.Candidates[0], c.total())
 }
 
@@ -123,6 +140,10 @@ type Score struct {
 	LentShare float64 // mean lent share
 	// WaitOverBaseline is the mean harm of its readings with a baseline (0: none had one).
 	WaitOverBaseline float64
+	// Probed says whether some of its readings had an SLO probe answer; OverSLO is the share
+	// of those over the SLO.
+	Probed  bool
+	OverSLO float64
 }
 
 // Scores are each candidate's figures in the last finished exploration.
@@ -141,6 +162,12 @@ func (c *Chooser) Observe(r Reading) {
 	if r.WaitOverBaseline > 0 {
 		c.wait[c.current] += r.WaitOverBaseline
 		c.nWait[c.current]++
+	}
+	if r.ProbeOverSLO > 0 {
+		c.probed[c.current]++
+		if r.ProbeOverSLO > 1 {
+			c.overSLO[c.current]++
+		}
 	}
 }
 
@@ -170,16 +197,16 @@ func (c *Chooser) Step(now time.Time) (mechanism string, changed, chose bool) {
 	return c.Current(), c.Current() != before, chose
 }
 
-// choose keeps, among the candidates that hurt online work least (harm within WaitTolerance
-// of the least), the one with the highest mean lent share; an earlier candidate wins unless a
-// later one beats it by more than Tie. The harm is weighed only when every candidate with
-// readings had some with a baseline: otherwise it cannot be compared, and the share alone
-// decides. With no reading at all (nothing to lend the whole time) the first candidate stays.
+// choose keeps, among the candidates that hurt online work least, the one with the highest
+// mean lent share; an earlier candidate wins unless a later one beats it by more than Tie. The
+// harm is the SLO probes' where every candidate with readings had some with a probe answer,
+// else the run-queue wait where every one had some with a baseline; otherwise it cannot be
+// compared, and the share alone decides. With no reading at all (nothing to lend the whole
+// time) the first candidate stays.
 func (c *Chooser) choose(now time.Time) {
 	c.exploring, c.chosenAt = false, now
 	c.scores = map[string]Score{}
-	weighWait := true
-	least, leastName := 0.0, ""
+	bySLO, byWait := true, true
 	for i, name := range c.cfg.Candidates {
 		if c.nShare[i] == 0 {
 			continue
@@ -187,18 +214,36 @@ func (c *Chooser) choose(now time.Time) {
 		s := Score{LentShare: c.share[i] / float64(c.nShare[i])}
 		if c.nWait[i] > 0 {
 			s.WaitOverBaseline = c.wait[i] / float64(c.nWait[i])
-			if least == 0 || s.WaitOverBaseline < least {
-				least, leastName = s.WaitOverBaseline, name
-			}
-		} else {
-			weighWait = false
 		}
+		if c.probed[i] > 0 {
+			s.Probed, s.OverSLO = true, float64(c.overSLO[i])/float64(c.probed[i])
+		}
+		bySLO, byWait = bySLO && s.Probed, byWait && c.nWait[i] > 0
 		c.scores[name] = s
 	}
 	if len(c.scores) == 0 {
 		c.current = 0
 		c.reason = fmt.Sprintf("kept %s: no reading had anything to lend in %d trials", c.Current(), c.total())
 		return
+	}
+	harm := func(s Score) float64 { return s.WaitOverBaseline }
+	if bySLO {
+		harm = func(s Score) float64 { return s.OverSLO }
+	}
+	least, leastName := 0.0, ""
+	for _, name := range c.cfg.Candidates {
+		if s, ok := c.scores[name]; ok && (leastName == "" || harm(s) < least) {
+			least, leastName = harm(s), name
+		}
+	}
+	tooHarmful := func(s Score) bool {
+		switch {
+		case bySLO:
+			return s.OverSLO > least+c.cfg.SLOTolerance
+		case byWait:
+			return s.WaitOverBaseline > least*(1+c.cfg.WaitTolerance)
+		}
+		return false
 	}
 	best := -1
 	var excluded []string
@@ -207,7 +252,7 @@ func (c *Chooser) choose(now time.Time) {
 		if !ok {
 			continue
 		}
-		if weighWait && s.WaitOverBaseline > least*(1+c.cfg.WaitTolerance) {
+		if tooHarmful(s) {
 			excluded = append(excluded, name)
 			continue
 		}
@@ -218,7 +263,12 @@ func (c *Chooser) choose(now time.Time) {
 	c.current = best
 	c.reason = fmt.Sprintf("chose %s: %s", c.Current(), c.describe())
 	switch {
-	case !weighWait:
+	case bySLO && len(excluded) > 0:
+		c.reason += fmt.Sprintf("; left out, an SLO probe over its target in more than %s of readings (%s under %s): %s",
+			percent(least+c.cfg.SLOTolerance), percent(least), leastName, strings.Join(excluded, ", "))
+	case bySLO:
+		c.reason += "; the SLO probes weighed, not the wait"
+	case !byWait:
 		c.reason += "; the lent share alone decided (no baseline of online work's wait under every candidate)"
 	case len(excluded) > 0:
 		c.reason += fmt.Sprintf("; left out, online wait more than %.2fx that under %s: %s",
@@ -226,19 +276,25 @@ func (c *Chooser) choose(now time.Time) {
 	}
 }
 
+func percent(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
+
 // describe gives each candidate's figures, for the reason.
 func (c *Chooser) describe() string {
 	var parts []string
 	for _, name := range c.cfg.Candidates {
 		s, ok := c.scores[name]
-		switch {
-		case !ok:
+		if !ok {
 			parts = append(parts, name+" -")
-		case s.WaitOverBaseline > 0:
-			parts = append(parts, fmt.Sprintf("%s lent %.2f of the ceiling, online wait %.2fx its baseline", name, s.LentShare, s.WaitOverBaseline))
-		default:
-			parts = append(parts, fmt.Sprintf("%s lent %.2f of the ceiling", name, s.LentShare))
+			continue
 		}
+		part := fmt.Sprintf("%s lent %.2f of the ceiling", name, s.LentShare)
+		if s.WaitOverBaseline > 0 {
+			part += fmt.Sprintf(", online wait %.2fx its baseline", s.WaitOverBaseline)
+		}
+		if s.Probed {
+			part += fmt.Sprintf(", SLO probes over target in %s of readings", percent(s.OverSLO))
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, "; ")
 }

@@ -326,6 +326,29 @@ func TestAutoMechanismWeighsOnlineWait(t *testing.T) {
 	}
 }
 
+// With an SLO probe on online work, cpu.mechanism auto weighs the probe's answers, as the
+// agent times them over HTTP from a real server, instead of the run-queue wait: the choice
+// shows how often each candidate's probe was over its target.
+func TestAutoMechanismWeighsTheSLOProbe(t *testing.T) {
+	n := newNode(t, "cpu:\n  mechanism: auto\n  autoMechanism:\n    candidates: cores,quota-on-cut\n    trial: 5s\n    rounds: 1\n")
+	n.start()
+	// 2 ms of work an answer against a 200 ms target: within the SLO under any mechanism,
+	// however noisy the machine.
+	addr := testutil.FreeAddr(t)
+	n.run("--tier", "shared", "--name", "web", "--slo-probe", "http://"+addr+"/work", "--slo-latency", "200ms",
+		"--", tidalBin, "workload", "server", "--addr", addr, "--work", "2ms")
+	n.run("--tier", "reclaimed", "--name", "batch", "--", "sh", "-c", "while :; do :; done")
+	n.waitWorkload("web")
+	n.waitWorkload("batch")
+	c := autoChoice(t, n, 40*time.Second)
+	figures := regexp.MustCompile(`cores lent [01]\.\d\d of the ceiling(, online wait \d+\.\d\dx its baseline)?, SLO probes over target in 0% of readings; ` +
+		`quota-on-cut lent [01]\.\d\d of the ceiling(, online wait \d+\.\d\dx its baseline)?, SLO probes over target in 0% of readings; ` +
+		`the SLO probes weighed, not the wait`)
+	if !figures.MatchString(c.MechanismChoice) {
+		t.Errorf("the choice should weigh the SLO probe, with each candidate's share over its target: %s", c.MechanismChoice)
+	}
+}
+
 // A switch away from cores gives online work back the cores it lent: the trial of cores takes
 // a whole core out of the online cgroups' cpusets, and the next trial (quota-on-cut) widens
 // them to the whole shared pool again.
