@@ -96,17 +96,16 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 
 	perNode := map[int][]advisor.Indicator{}
 	shown := map[int][]reporter.Indicator{}
-	var active []string // workloads with a reading whose target is relative to a baseline
-	var harm mechanism.Harm // online work's wait over its baselines, for the auto chooser
-	var probeOverSLO float64 // the worst SLO probe over its target, for the auto chooser
+	var active []string     // workloads with a reading whose target is relative to a baseline
+	var harm mechanism.Harm // online work's wait over its baselines and SLO probes, for the auto chooser
 	for _, r := range readings {
 		w := online[r.Name]
 		var inds []reporter.Indicator
 		if took, ok := probes.latency(r.Name); ok {
 			// The workload's own SLO signal counts whatever CPU it ran.
 			inds = append(inds, reporter.Indicator{Name: indicatorProbe, Value: took.Seconds(), Target: w.slo.Latency.Seconds()})
-			probeOverSLO = max(probeOverSLO, took.Seconds()/w.slo.Latency.Seconds())
 		}
+		harm.AddProbe(probes.tally(r.Name))
 		run := state.Milli(r.Run, interval)
 		if r.Err == nil && r.Run >= minRun {
 			// Enough CPU for a ratio to mean something.
@@ -168,7 +167,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			act(a.advisor.Interfere(now, np.Node, perNode[np.Node]), "throttle", "interference")
 		}
 	}
-	if a.chooseMechanismLocked(now, pools, mechanism.Reading{WaitOverBaseline: harm.WaitOverBaseline(), ProbeOverSLO: probeOverSLO}) {
+	if a.chooseMechanismLocked(now, pools, harm.Reading()) {
 		changed = true
 	}
 	a.indicators = shown

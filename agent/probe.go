@@ -33,6 +33,9 @@ type probe struct {
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	recent []time.Duration
+	// answers and over count the answers since the last tally, and those slower than the
+	// target, for cpu.mechanism auto: every answer counts once there.
+	answers, over int
 }
 
 func newProbes(interval time.Duration) *probes {
@@ -82,6 +85,10 @@ func (p *probes) run(ctx context.Context, pr *probe) {
 		if len(pr.recent) > probeSamples {
 			pr.recent = pr.recent[1:]
 		}
+		pr.answers++
+		if took > pr.slo.Latency {
+			pr.over++
+		}
 		pr.mu.Unlock()
 	}
 }
@@ -123,6 +130,19 @@ func (p *probes) latency(name string) (time.Duration, bool) {
 	}
 	slices.Sort(recent)
 	return recent[len(recent)/2], true
+}
+
+// tally is how many answers a workload's probe got since the last tally and how many of them
+// were slower than its target.
+func (p *probes) tally(name string) (answers, over int) {
+	pr, ok := p.running[name]
+	if !ok {
+		return 0, 0
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	answers, over, pr.answers, pr.over = pr.answers, pr.over, 0, 0
+	return answers, over
 }
 
 // stop ends every probe and waits for them.

@@ -17,8 +17,9 @@
 // trials does not decide the choice.
 //
 // Where online work has an SLO probe (an operator's own latency signal), the probe speaks
-// for the harm instead of the wait: a candidate under which a probe was over its target in
-// more than SLOTolerance more of the readings than under the best candidate is not chosen.
+// for the harm instead of the wait: a candidate under which more than SLOTolerance more of the
+// probes' answers were slower than their targets than under the best candidate is not chosen.
+// Every answer counts once, so a tail the median of a few answers would hide still shows.
 // The wait is a proxy whose price in latency differs between machines; an SLO that holds
 // under both says the lending the tighter mechanism gives up buys nothing the operator asked
 // for.
@@ -48,9 +49,9 @@ type Config struct {
 	// was more than this fraction above the least of any candidate's is not chosen (0.2: up
 	// to 1.2x the least).
 	WaitTolerance float64
-	// SLOTolerance: where every candidate's readings have SLO probe answers, a candidate under
-	// which a probe was over its target in more than this share of the readings above the
-	// least of any candidate's is not chosen (0.05: five readings in a hundred).
+	// SLOTolerance: where every candidate has SLO probe answers, a candidate under which the
+	// share of answers slower than their targets was more than this above the least of any
+	// candidate's is not chosen (0.05: five answers in a hundred).
 	SLOTolerance float64
 }
 
@@ -61,9 +62,9 @@ type Reading struct {
 	// WaitOverBaseline is online work's run-queue wait over its own wait with nothing lent
 	// (1: no harm); 0 when no online workload has a baseline yet.
 	WaitOverBaseline float64
-	// ProbeOverSLO is the worst online workload's SLO probe latency over its target (over 1:
-	// over the SLO); 0 when no online workload has a probe answer.
-	ProbeOverSLO float64
+	// ProbeAnswers is how many answers online workloads' SLO probes got since the last
+	// reading, ProbeOverTarget how many of them were slower than their target.
+	ProbeAnswers, ProbeOverTarget int
 }
 
 // harmlessWait: run-queue wait under this per unit of CPU run counts as none in the harm, so
@@ -72,8 +73,12 @@ type Reading struct {
 const harmlessWait = 0.02
 
 // Harm sums one interval's online run-queue wait against what it would be at the workloads'
-// baselines, each workload weighted by the CPU it ran: a Reading's WaitOverBaseline.
-type Harm struct{ waited, atBaseline float64 }
+// baselines, each workload weighted by the CPU it ran, and their SLO probes' answers: a
+// Reading's figures of harm.
+type Harm struct {
+	waited, atBaseline float64
+	answers, over      int
+}
 
 // Add counts one online workload's wait and baseline (per unit of CPU run) over runMilli
 // millicores run.
@@ -81,6 +86,14 @@ func (h *Harm) Add(wait, baseline float64, runMilli int64) {
 	h.waited += max(wait, harmlessWait) * float64(runMilli)
 	h.atBaseline += max(baseline, harmlessWait) * float64(runMilli)
 }
+
+// Reading is the harm as a reading, without its lent share.
+func (h Harm) Reading() Reading {
+	return Reading{WaitOverBaseline: h.WaitOverBaseline(), ProbeAnswers: h.answers, ProbeOverTarget: h.over}
+}
+
+// AddProbe counts one online workload's SLO probe answers, over of them slower than its target.
+func (h *Harm) AddProbe(answers, over int) { h.answers, h.over = h.answers+answers, h.over+over }
 
 // WaitOverBaseline is the weighted wait over the weighted baselines; 0 when no workload with
 // a baseline ran.
@@ -102,11 +115,11 @@ type Chooser struct {
 	chosenAt   time.Time
 
 	// Per candidate in this exploration: the sum and count of its lent shares, of its
-	// readings' harm (those with a baseline), and its readings with a probe answer and those
-	// of them over the SLO.
-	share, wait     []float64
-	nShare, nWait   []int
-	probed, overSLO []int
+	// readings' harm (those with a baseline), and its SLO probe answers and those of them
+	// slower than their targets.
+	share, wait      []float64
+	nShare, nWait    []int
+	answers, overSLO []int
 	// Scores of the last finished exploration (absent: no reading had anything to lend).
 	scores map[string]Score
 	reason string
@@ -123,7 +136,7 @@ func (c *Chooser) explore() {
 	c.exploring, c.current, c.trials = true, 0, 0
 	k := len(c.cfg.Candidates)
 	c.share, c.wait, c.nShare, c.nWait = make([]float64, k), make([]float64, k), make([]int, k), make([]int, k)
-	c.probed, c.overSLO = make([]int, k), make([]int, k)
+	c.answers, c.overSLO = make([]int, k), make([]int, k)
 	c.reason = fmt.Sprintf("trying %s (trial 1 of %d)", c.cfg.Candidates[0], c.total())
 }
 
@@ -140,8 +153,8 @@ type Score struct {
 	LentShare float64 // mean lent share
 	// WaitOverBaseline is the mean harm of its readings with a baseline (0: none had one).
 	WaitOverBaseline float64
-	// Probed says whether some of its readings had an SLO probe answer; OverSLO is the share
-	// of those over the SLO.
+	// Probed says whether SLO probes answered under it; OverSLO is the share of their answers
+	// slower than their targets.
 	Probed  bool
 	OverSLO float64
 }
@@ -163,12 +176,8 @@ func (c *Chooser) Observe(r Reading) {
 		c.wait[c.current] += r.WaitOverBaseline
 		c.nWait[c.current]++
 	}
-	if r.ProbeOverSLO > 0 {
-		c.probed[c.current]++
-		if r.ProbeOverSLO > 1 {
-			c.overSLO[c.current]++
-		}
-	}
+	c.answers[c.current] += r.ProbeAnswers
+	c.overSLO[c.current] += r.ProbeOverTarget
 }
 
 // Step moves to the next trial when the current one is over, to the choice after the last
@@ -199,7 +208,7 @@ func (c *Chooser) Step(now time.Time) (mechanism string, changed, chose bool) {
 
 // choose keeps, among the candidates that hurt online work least, the one with the highest
 // mean lent share; an earlier candidate wins unless a later one beats it by more than Tie. The
-// harm is the SLO probes' where every candidate with readings had some with a probe answer,
+// harm is the SLO probes' where probes answered under every candidate with readings,
 // else the run-queue wait where every one had some with a baseline; otherwise it cannot be
 // compared, and the share alone decides. With no reading at all (nothing to lend the whole
 // time) the first candidate stays.
@@ -215,8 +224,8 @@ func (c *Chooser) choose(now time.Time) {
 		if c.nWait[i] > 0 {
 			s.WaitOverBaseline = c.wait[i] / float64(c.nWait[i])
 		}
-		if c.probed[i] > 0 {
-			s.Probed, s.OverSLO = true, float64(c.overSLO[i])/float64(c.probed[i])
+		if c.answers[i] > 0 {
+			s.Probed, s.OverSLO = true, float64(c.overSLO[i])/float64(c.answers[i])
 		}
 		bySLO, byWait = bySLO && s.Probed, byWait && c.nWait[i] > 0
 		c.scores[name] = s
@@ -264,7 +273,7 @@ func (c *Chooser) choose(now time.Time) {
 	c.reason = fmt.Sprintf("chose %s: %s", c.Current(), c.describe())
 	switch {
 	case bySLO && len(excluded) > 0:
-		c.reason += fmt.Sprintf("; left out, an SLO probe over its target in more than %s of readings (%s under %s): %s",
+		c.reason += fmt.Sprintf("; left out, SLO probes over target in more than %s of answers (%s under %s): %s",
 			percent(least+c.cfg.SLOTolerance), percent(least), leastName, strings.Join(excluded, ", "))
 	case bySLO:
 		c.reason += "; the SLO probes weighed, not the wait"
@@ -292,7 +301,7 @@ func (c *Chooser) describe() string {
 			part += fmt.Sprintf(", online wait %.2fx its baseline", s.WaitOverBaseline)
 		}
 		if s.Probed {
-			part += fmt.Sprintf(", SLO probes over target in %s of readings", percent(s.OverSLO))
+			part += fmt.Sprintf(", SLO probes over target in %s of answers", percent(s.OverSLO))
 		}
 		parts = append(parts, part)
 	}

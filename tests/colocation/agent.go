@@ -64,9 +64,11 @@ func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self, scenario
 	}
 }
 
-// tidalRun is the command line that starts argv through the agent, in a tier.
-func (a *agentProc) tidalRun(bin, tier, name string, argv []string) []string {
-	return append([]string{bin, "run", "--socket", a.socket, "--tier", tier, "--name", name, "--"}, argv...)
+// tidalRun is the command line that starts argv through the agent, in a tier, with more
+// `tidal run` flags (an SLO probe).
+func (a *agentProc) tidalRun(bin, tier, name string, flags, argv []string) []string {
+	cmd := append([]string{bin, "run", "--socket", a.socket, "--tier", tier, "--name", name}, flags...)
+	return append(append(cmd, "--"), argv...)
 }
 
 // agentWatch polls an agent's status: the CPU it lends over time and every action it took

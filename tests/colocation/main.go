@@ -34,6 +34,8 @@
 //	tidal-quota-on-cut-5s tidal with cpu.quotaAfterCut 5s
 //	tidal-grow-500     tidal with cpu.growStepMilliCPU 500
 //	tidal-limit-2s     tidal with cpu.limitWindow 2s
+//	tidal-slo          tidal with an SLO probe on the online service (-probe-latency)
+//	tidal-auto-slo     tidal-auto with the same SLO probe, which auto weighs instead of the wait
 //
 // The scenarios run interleaved (each server through A B C ..., then again) for -rounds rounds, so that
 // whatever else the machine does affects them alike, and every figure is the median over the
@@ -78,7 +80,9 @@ type options struct {
 	// The SLO on the 1-second p99: fixed, or sloFactor times the same round's online-alone p99.
 	slo       time.Duration
 	sloFactor float64
-	scenarios []string
+	// probeLatency is the target of the SLO probe the *-slo scenarios give the online service.
+	probeLatency time.Duration
+	scenarios    []string
 	// servers are the online services, each driven through every scenario each round.
 	servers  []string
 	tidalBin string
@@ -110,6 +114,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.antagonistSize, "antagonist-size", defaultAntagonistSize(), "buffer the cache antagonist sweeps (default: twice the last-level cache, at least 64Mi)")
 	fs.DurationVar(&o.slo, "slo", 0, "SLO on the 1-second online p99 (0: -slo-factor times the round's online-alone p99)")
 	fs.Float64Var(&o.sloFactor, "slo-factor", 2, "SLO as a multiple of the same round's online-alone p99")
+	fs.DurationVar(&o.probeLatency, "probe-latency", 5*time.Millisecond, "the *-slo scenarios: the target of the online service's SLO probe (tidal run --slo-latency), a GET of the page the load asks for")
 	scen := fs.String("scenarios", strings.Join(scenarioNames(runByDefault), ","), "scenarios to run, in this order each round (also the diagnostics "+
 		strings.Join(scenarioNames(diagnostic), ", ")+")")
 	srv := fs.String("servers", strings.Join(serverNames(), ","), "online services, each through every scenario each round: "+strings.Join(serverNames(), ", "))
@@ -165,6 +170,8 @@ func (o options) validate(extra int) error {
 		return fmt.Errorf("-work %s: want a duration in (0, 1s]", o.work)
 	case o.burnerThreads < 1 || o.antagonistThreads < 1:
 		return errors.New("-burner-threads and -antagonist-threads must be at least 1")
+	case o.probeLatency <= 0 || o.probeLatency > 10*time.Second:
+		return fmt.Errorf("-probe-latency %s: want a duration in (0, 10s]", o.probeLatency)
 	case o.sloFactor <= 0:
 		return fmt.Errorf("-slo-factor %g: want > 0", o.sloFactor)
 	case o.dayWorkloads < 0:

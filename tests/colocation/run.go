@@ -284,15 +284,15 @@ func (r *scenarioRun) startContentionProbe() {
 
 // startWorkload starts `tidal workload ARGS` (see startCommand).
 func (r *scenarioRun) startWorkload(name, tier, cgroup string, args ...string) (*proc, error) {
-	return r.startCommand(name, tier, cgroup, append([]string{r.b.tidal, "workload"}, args...))
+	return r.startCommand(name, tier, cgroup, nil, append([]string{r.b.tidal, "workload"}, args...))
 }
 
-// startCommand starts argv: through the agent in tier when there is one, else in the
-// benchmark's own cgroup.
-func (r *scenarioRun) startCommand(name, tier, cgroup string, argv []string) (*proc, error) {
+// startCommand starts argv: through the agent in tier (with runFlags for `tidal run`) when
+// there is one, else in the benchmark's own cgroup.
+func (r *scenarioRun) startCommand(name, tier, cgroup string, runFlags, argv []string) (*proc, error) {
 	var attach func(int) error
 	if r.agent != nil && tier != "" {
-		argv = r.agent.tidalRun(r.b.tidal, tier, name, argv)
+		argv = r.agent.tidalRun(r.b.tidal, tier, name, runFlags, argv)
 	} else {
 		attach = func(pid int) error { return r.b.writer.Attach(cgroup, pid) }
 	}
@@ -318,7 +318,11 @@ func (r *scenarioRun) startServer(ctx context.Context) (*proc, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	p, err := r.startCommand(serverWorkload, "shared", r.sub("online"), argv)
+	var runFlags []string
+	if r.sc.sloProbe {
+		runFlags = []string{"--slo-probe", "http://" + addr + r.server.path, "--slo-latency", r.b.opts.probeLatency.String()}
+	}
+	p, err := r.startCommand(serverWorkload, "shared", r.sub("online"), runFlags, argv)
 	if err != nil {
 		return nil, "", err
 	}

@@ -27,6 +27,8 @@ type scenario struct {
 	agentConfig string
 	// onlyOwnWorkloads: the agent manages only the run's own workloads, not -day-workloads.
 	onlyOwnWorkloads bool
+	// sloProbe: the online service is started with an SLO probe (-probe-latency).
+	sloProbe bool
 	// diagnostic: not run by default, only when -scenarios names it (it takes a tidal
 	// scenario apart, and is not a way to colocate that tidal must beat).
 	diagnostic bool
@@ -124,6 +126,11 @@ var scenarios = []scenario{
 	{Name: "tidal-pool-hold", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "cpu:\n  poolShrinkAfter: 10s\n",
 		About:       "tidal whose reclaimed pool keeps its CPUs for 10 s after lending fell within fewer (cpu.poolShrinkAfter); the quota takes the time back at once"},
+	{Name: "tidal-slo", Online: true, Offline: true, Tidal: true, diagnostic: true, sloProbe: true,
+		About: "tidal with an SLO probe on the online service: the agent GETs the page the load asks for every interference.interval and cuts lending while the median of its last 5 answers is over -probe-latency"},
+	{Name: "tidal-auto-slo", Online: true, Offline: true, Tidal: true, diagnostic: true, sloProbe: true,
+		agentConfig: "cpu:\n  mechanism: auto\n  autoMechanism:\n    trial: 5s\n    rounds: 2\n",
+		About:       "tidal-auto with the SLO probe of tidal-slo, which auto weighs instead of the run-queue wait"},
 	{Name: "tidal-pool-hold-3s", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "cpu:\n  poolShrinkAfter: 3s\n",
 		About:       "as tidal-pool-hold with a 3 s hold"},

@@ -332,17 +332,17 @@ func TestAutoMechanismWeighsOnlineWait(t *testing.T) {
 func TestAutoMechanismWeighsTheSLOProbe(t *testing.T) {
 	n := newNode(t, "cpu:\n  mechanism: auto\n  autoMechanism:\n    candidates: cores,quota-on-cut\n    trial: 5s\n    rounds: 1\n")
 	n.start()
-	// 2 ms of work an answer against a 200 ms target: within the SLO under any mechanism,
-	// however noisy the machine.
+	// 30 ms of work an answer against a 10 ms target: every answer over it under any
+	// mechanism, however quiet the machine.
 	addr := testutil.FreeAddr(t)
-	n.run("--tier", "shared", "--name", "web", "--slo-probe", "http://"+addr+"/work", "--slo-latency", "200ms",
-		"--", tidalBin, "workload", "server", "--addr", addr, "--work", "2ms")
+	n.run("--tier", "shared", "--name", "web", "--slo-probe", "http://"+addr+"/work", "--slo-latency", "10ms",
+		"--", tidalBin, "workload", "server", "--addr", addr, "--work", "30ms")
 	n.run("--tier", "reclaimed", "--name", "batch", "--", "sh", "-c", "while :; do :; done")
 	n.waitWorkload("web")
 	n.waitWorkload("batch")
 	c := autoChoice(t, n, 40*time.Second)
-	figures := regexp.MustCompile(`cores lent [01]\.\d\d of the ceiling(, online wait \d+\.\d\dx its baseline)?, SLO probes over target in 0% of readings; ` +
-		`quota-on-cut lent [01]\.\d\d of the ceiling(, online wait \d+\.\d\dx its baseline)?, SLO probes over target in 0% of readings; ` +
+	figures := regexp.MustCompile(`cores lent [01]\.\d\d of the ceiling(, online wait \d+\.\d\dx its baseline)?, SLO probes over target in 100% of answers; ` +
+		`quota-on-cut lent [01]\.\d\d of the ceiling(, online wait \d+\.\d\dx its baseline)?, SLO probes over target in 100% of answers; ` +
 		`the SLO probes weighed, not the wait`)
 	if !figures.MatchString(c.MechanismChoice) {
 		t.Errorf("the choice should weigh the SLO probe, with each candidate's share over its target: %s", c.MechanismChoice)
