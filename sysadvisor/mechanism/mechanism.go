@@ -17,12 +17,12 @@
 // trials does not decide the choice.
 //
 // Where online work has an SLO probe (an operator's own latency signal), the probe speaks
-// for the harm instead of the wait: a candidate under which more than SLOTolerance more of the
-// probes' answers were slower than their targets than under the best candidate is not chosen.
-// Every answer counts once, so a tail the median of a few answers would hide still shows.
-// The wait is a proxy whose price in latency differs between machines; an SLO that holds
-// under both says the lending the tighter mechanism gives up buys nothing the operator asked
-// for.
+// for the harm instead of the wait: a candidate under which the share of the probes' answers
+// slower than their targets was more than SLOTolerance above the least of any candidate's is
+// not chosen. Every answer counts once, so a tail the median of a few answers would hide
+// still shows. The wait is a proxy whose price in latency differs between machines; an SLO
+// that holds under each candidate says the lending a tighter mechanism gives up buys nothing
+// the operator asked for.
 //
 // It is pure logic; the interference loop owns a Chooser and feeds it readings.
 package mechanism
