@@ -113,8 +113,8 @@ func (a *Agent) resolveMechanismLocked(now time.Time) (plugins.CPUMechanism, mec
 const mechanismTie = 0.05
 
 // chooseMechanismLocked feeds the auto chooser this reading (harm, online work's run-queue
-// wait over its baselines and its worst SLO probe over its target, with the share of the
-// usage ceiling the node lends; when there is something to lend and nothing else holds
+// wait over its baselines and its SLO probes' answers since the last pass, with the share of
+// the usage ceiling the node lends; when there is something to lend and nothing else holds
 // lending down) and switches the mechanism when a trial ends. It reports whether the
 // mechanism changed.
 func (a *Agent) chooseMechanismLocked(now time.Time, pools plugins.Pools, harm mechanism.Reading) bool {

@@ -181,9 +181,9 @@ func Mechanisms() []string {
 // AutoMechanism configures cpu.mechanism auto (sysadvisor/mechanism): each candidate runs for
 // Trial at a time, Rounds times each, interleaved; among those under which online work's
 // run-queue wait over its baseline stayed within WaitTolerance of the least (or, where online
-// work has SLO probes, its probes were over their targets in no more than SLOTolerance more of
-// the readings than under the best), the one under which the interference feedback lent the
-// largest share of the usage ceiling is kept for Every.
+// work has SLO probes, the share of their answers over target stayed within SLOTolerance of
+// the least), the one under which the interference feedback lent the largest share of the
+// usage ceiling is kept for Every.
 type AutoMechanism struct {
 	// Candidates is a comma-separated list of mechanisms, in order of preference (the first
 	// is tried first and wins a tie).
@@ -410,8 +410,9 @@ func Default() Config {
 				// Sharing a core raised web servers' wait 1.2-3x over whole cores of their
 				// own, and their p99 from within the noise to 1.6x (docs/benchmark.md#auto-tail).
 				WaitTolerance: 0.2,
-				// An SLO probe is the operator's own word: five readings in a hundred over
-				// it is past the noise of a 2 min exploration (about 240 readings).
+				// An SLO probe is the operator's own word: five answers in a hundred more
+				// over it is past the noise of a candidate's 2 min of trials (a probe answers
+				// every interference.interval: about 240 answers).
 				SLOTolerance: 0.05,
 			},
 			QuotaAfterCut: time.Second,
