@@ -61,6 +61,19 @@ func (n *node) kill9() {
 	_, _ = n.agent.Process.Wait()
 }
 
+// appendConfig adds YAML lines to the agent's config, for its next start.
+func (n *node) appendConfig(yaml string) {
+	n.t.Helper()
+	f, err := os.OpenFile(n.config, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString(yaml)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		n.t.Fatal(err)
+	}
+}
+
 func (n *node) run(args ...string) (*exec.Cmd, *testutil.SyncBuffer) {
 	n.t.Helper()
 	out := &testutil.SyncBuffer{}
@@ -295,12 +308,20 @@ func TestV2FastPathPSI(t *testing.T) {
 // one that ignores SIGTERM is killed, and online work is never touched. The watermark is above
 // what the VM has, so "short" holds without exhausting its memory.
 func TestV2Eviction(t *testing.T) {
-	n := newNode(t, "memory:\n  evictAvailableBelowBytes: 1Ti\neviction:\n  gracePeriod: 2s\n  coolDown: 3s\n")
+	n := newNode(t, "eviction:\n  gracePeriod: 2s\n  coolDown: 3s\n")
 	n.start()
 	web, _ := n.run("--tier", "shared", "--name", "web", "--", tidalBin(t), "workload", "memhog", "--target", "32Mi")
 	n.run("--tier", "reclaimed", "--reclaim-priority", "5", "--name", "important", "--", tidalBin(t), "workload", "memhog", "--target", "16Mi")
 	n.run("--tier", "reclaimed", "--reclaim-priority", "1", "--name", "cheap", "--", "sh", "-c", "trap '' TERM; while :; do sleep 0.1; done")
-	n.waitWorkload("web")
+	for _, name := range []string{"web", "important", "cheap"} {
+		n.waitWorkload(name)
+	}
+	// Memory turns short only once both reclaimed workloads run: with the watermark from the
+	// start, the first pass could find one admitted and the other not yet sampled, and the
+	// order would be admission's, not priority's. The agent restarts with it and adopts them.
+	n.kill9()
+	n.appendConfig("memory:\n  evictAvailableBelowBytes: 1Ti\n")
+	n.start()
 	var order []string
 	n.eventually(120*time.Second, "both reclaimed workloads evicted", func() error {
 		order = order[:0]

@@ -279,13 +279,21 @@ func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
 // and online work is never touched. The watermark is set above what this machine has
 // available, so "short" holds without exhausting the CI machine's memory.
 func TestMemoryShortEvictsLowestPriorityFirst(t *testing.T) {
-	n := newNode(t, "memory:\n  evictAvailableBelowBytes: 1Ti\neviction:\n  gracePeriod: 1s\n  coolDown: 2s\n")
+	n := newNode(t, "eviction:\n  gracePeriod: 1s\n  coolDown: 2s\n")
 	n.start()
 	web, _ := n.run("--tier", "shared", "--name", "web", "--", tidalBin, "workload", "memhog", "--target", "32Mi")
 	n.run("--tier", "reclaimed", "--reclaim-priority", "5", "--name", "important", "--", tidalBin, "workload", "memhog", "--target", "16Mi")
 	// Ignores SIGTERM: must be SIGKILLed after the grace period.
 	n.run("--tier", "reclaimed", "--reclaim-priority", "1", "--name", "cheap", "--", "sh", "-c", "trap '' TERM; while :; do sleep 0.1; done")
-	n.waitWorkload("web")
+	for _, name := range []string{"web", "important", "cheap"} {
+		n.waitWorkload(name)
+	}
+	// Memory turns short only once both reclaimed workloads run: with the watermark from the
+	// start, the first pass could find one admitted and the other not yet sampled, and the
+	// order would be admission's, not priority's. The agent restarts with it and adopts them.
+	n.kill9()
+	n.appendConfig("memory:\n  evictAvailableBelowBytes: 1Ti\n")
+	n.start()
 
 	var order []string
 	n.eventually(30*time.Second, "both reclaimed workloads evicted", func() error {

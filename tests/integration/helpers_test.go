@@ -4,6 +4,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -72,6 +73,19 @@ func (n *node) start() {
 func (n *node) kill9() {
 	_ = n.agent.Process.Kill()
 	_, _ = n.agent.Process.Wait()
+}
+
+// appendConfig adds YAML lines to the agent's config, for its next start.
+func (n *node) appendConfig(yaml string) {
+	n.t.Helper()
+	f, err := os.OpenFile(n.config, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString(yaml)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		n.t.Fatal(err)
+	}
 }
 
 // run starts `tidal run ARGS` in its own process group, killed at the end of the test.
