@@ -4,7 +4,6 @@
 package integration
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -78,14 +77,7 @@ func (n *node) kill9() {
 // appendConfig adds YAML lines to the agent's config, for its next start.
 func (n *node) appendConfig(yaml string) {
 	n.t.Helper()
-	f, err := os.OpenFile(n.config, os.O_APPEND|os.O_WRONLY, 0)
-	if err == nil {
-		_, err = f.WriteString(yaml)
-		err = errors.Join(err, f.Close())
-	}
-	if err != nil {
-		n.t.Fatal(err)
-	}
+	testutil.AppendFile(n.t, n.config, yaml)
 }
 
 // run starts `tidal run ARGS` in its own process group, killed at the end of the test.

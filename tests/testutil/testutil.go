@@ -161,6 +161,19 @@ func (b *SyncBuffer) Len() int {
 	return b.buf.Len()
 }
 
+// AppendFile appends text to the file at path, failing the test if it cannot.
+func AppendFile(t testing.TB, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString(text)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Tail is the last lines of s.
 func Tail(s string, lines int) string {
 	l := strings.Split(s, "\n")
