@@ -29,6 +29,7 @@ package mechanism
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -245,14 +246,14 @@ func (c *Chooser) choose(now time.Time) {
 			least, leastName = harm(s), name
 		}
 	}
-	tooHarmful := func(s Score) bool {
-		switch {
-		case bySLO:
-			return s.OverSLO > least+c.cfg.SLOTolerance
-		case byWait:
-			return s.WaitOverBaseline > least*(1+c.cfg.WaitTolerance)
-		}
-		return false
+	// A candidate whose harm is over limit is not chosen: the SLO's tolerance is a share of
+	// answers added to the least, the wait's a ratio of it; with neither, no limit.
+	limit := math.Inf(1)
+	switch {
+	case bySLO:
+		limit = least + c.cfg.SLOTolerance
+	case byWait:
+		limit = least * (1 + c.cfg.WaitTolerance)
 	}
 	best := -1
 	var excluded []string
@@ -261,7 +262,7 @@ func (c *Chooser) choose(now time.Time) {
 		if !ok {
 			continue
 		}
-		if tooHarmful(s) {
+		if harm(s) > limit {
 			excluded = append(excluded, name)
 			continue
 		}
@@ -274,7 +275,7 @@ func (c *Chooser) choose(now time.Time) {
 	switch {
 	case bySLO && len(excluded) > 0:
 		c.reason += fmt.Sprintf("; left out, SLO probes over target in more than %s of answers (%s under %s): %s",
-			percent(least+c.cfg.SLOTolerance), percent(least), leastName, strings.Join(excluded, ", "))
+			percent(limit), percent(least), leastName, strings.Join(excluded, ", "))
 	case bySLO:
 		c.reason += "; the SLO probes weighed, not the wait"
 	case !byWait:
