@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"time"
@@ -101,12 +102,20 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	for _, r := range readings {
 		w := online[r.Name]
 		var inds []reporter.Indicator
-		if took, ok := probes.latency(r.Name); ok {
-			// The workload's own SLO signal counts whatever CPU it ran.
-			inds = append(inds, reporter.Indicator{Name: indicatorProbe, Value: took.Seconds(), Target: w.slo.Latency.Seconds()})
-		}
-		harm.AddProbe(probes.tally(r.Name))
 		run := state.Milli(r.Run, interval)
+		harm.AddProbe(probes.tally(r.Name, run, r.Err == nil && unlent(w.nodes)))
+		if took, ok := probes.latency(r.Name); ok {
+			// The workload's own SLO signal counts whatever CPU it ran. Its target is the
+			// operator's; the baseline beside it only shows whether lending less could meet it.
+			probe := reporter.Indicator{Name: indicatorProbe, Value: took.Seconds(), Target: w.slo.Latency.Seconds()}
+			if floor, borrowed, changed, ok := probes.baseline(r.Name, run); ok {
+				probe.Baseline, probe.BaselineBorrowed = floor.Seconds(), borrowed
+				if changed {
+					logProbeFloor(a.log, r.Name, w.slo, floor)
+				}
+			}
+			inds = append(inds, probe)
+		}
 		if r.Err == nil && r.Run >= minRun {
 			// Enough CPU for a ratio to mean something.
 			wait := reporter.Indicator{Name: indicatorRunQueueWait, Value: r.WaitRatio(), Target: w.targets.RunQueueWait}
@@ -132,7 +141,12 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			for _, n := range w.nodes {
 				shown[n] = append(shown[n], ind)
 				if ind.Target > 0 {
-					perNode[n] = append(perNode[n], advisor.Indicator{Name: ind.Name, Workload: r.Name, Value: ind.Value, Target: ind.Target, Baseline: ind.Baseline, Borrowed: ind.BaselineBorrowed})
+					judged := advisor.Indicator{Name: ind.Name, Workload: r.Name, Value: ind.Value, Target: ind.Target}
+					if ind.Name == indicatorRunQueueWait {
+						// The one target relative to a baseline.
+						judged.Baseline, judged.Borrowed = ind.Baseline, ind.BaselineBorrowed
+					}
+					perNode[n] = append(perNode[n], judged)
 				}
 			}
 		}
@@ -184,6 +198,18 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 		a.writeReclaimedLimits()
 	}
 	return atMinimum
+}
+
+// logProbeFloor says once, on each change, whether a workload's SLO probe answers slower
+// than its target with nothing lent at its load: then lending less cannot meet the target,
+// and the feedback holds lending at the minimum for nothing an operator can gain.
+func logProbeFloor(log *slog.Logger, name string, slo qos.SLO, floor time.Duration) {
+	if floor > slo.Latency {
+		log.Warn("SLO probe slower than its target with nothing lent: lending less cannot meet the target",
+			"workload", name, "probe", slo.Probe, "target", slo.Latency, "withNothingLent", floor)
+		return
+	}
+	log.Info("SLO probe within its target with nothing lent again", "workload", name, "target", slo.Latency, "withNothingLent", floor)
 }
 
 // atMinimumLocked says, per NUMA node of pools, whether the plan lends only its minimum.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/sysadvisor/interference"
 )
 
 // indicatorProbe names the SLO probe's indicator.
@@ -21,32 +22,50 @@ const probeSamples = 5
 // probes GETs the SLO probe of each online workload that has one, each in a goroutine of its
 // own, every interval; the interference loop reads their recent latencies. A probe that
 // fails or times out counts as taking its timeout.
+//
+// It also learns each probe's own latency with nothing lent, per load level, as the wait's
+// baselines are learnt: an operator's target under that floor cannot be met by lending less,
+// and status and the log say so.
 type probes struct {
 	interval time.Duration
 	client   *http.Client
 	running  map[string]*probe // by workload name; the interference loop's only
 	wg       sync.WaitGroup
+	// baselines are the probes' median latencies (seconds) with nothing lent; the
+	// interference loop's only.
+	baselines *interference.Baselines
 }
 
 type probe struct {
 	slo    qos.SLO
 	cancel context.CancelFunc
+	// overFloor: the probe's baseline at its load was over its target when last judged; the
+	// interference loop's only (it logs the change).
+	overFloor bool
+
 	mu     sync.Mutex
 	recent []time.Duration
-	// answers and over count the answers since the last tally, and those slower than the
-	// target, for cpu.mechanism auto: every answer counts once there.
-	answers, over int
+	// answered are the answers since the last tally: for the baseline, and for cpu.mechanism
+	// auto, where every answer counts once.
+	answered []time.Duration
 }
 
 func newProbes(interval time.Duration) *probes {
-	return &probes{interval: interval, running: map[string]*probe{},
+	return &probes{interval: interval, running: map[string]*probe{}, baselines: interference.NewBaselines(0, 0),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true},
 			// A redirect is an answer, and not a 2xx one: the probe is not followed elsewhere.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
-// sync runs the probes of want (workload name -> its SLO) and stops the others.
+// sync runs the probes of want (workload name -> its SLO) and stops the others. A probe's
+// floor outlives a change of its target (the latency is the workload's), not of its URL.
 func (p *probes) sync(ctx context.Context, want map[string]qos.SLO) {
+	keep := map[string]bool{}
+	for name, slo := range want {
+		pr, ok := p.running[name]
+		keep[name] = !ok || pr.slo.Probe == slo.Probe
+	}
+	p.baselines.Keep(keep)
 	for name, pr := range p.running {
 		if slo, ok := want[name]; !ok || slo != pr.slo {
 			pr.cancel()
@@ -85,10 +104,7 @@ func (p *probes) run(ctx context.Context, pr *probe) {
 		if len(pr.recent) > probeSamples {
 			pr.recent = pr.recent[1:]
 		}
-		pr.answers++
-		if took > pr.slo.Latency {
-			pr.over++
-		}
+		pr.answered = append(pr.answered, took)
 		pr.mu.Unlock()
 	}
 }
@@ -132,17 +148,49 @@ func (p *probes) latency(name string) (time.Duration, bool) {
 	return recent[len(recent)/2], true
 }
 
-// tally is how many answers a workload's probe got since the last tally and how many of them
-// were slower than its target.
-func (p *probes) tally(name string) (answers, over int) {
+// tally takes the answers a workload's probe got since the last tally, and how many of them
+// were slower than its target. Read with nothing lent (unlent), they teach the probe's
+// baseline at load runMilli.
+func (p *probes) tally(name string, runMilli int64, unlent bool) (answers, over int) {
 	pr, ok := p.running[name]
 	if !ok {
 		return 0, 0
 	}
 	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	answers, over, pr.answers, pr.over = pr.answers, pr.over, 0, 0
-	return answers, over
+	answered := pr.answered
+	pr.answered = nil
+	pr.mu.Unlock()
+	if len(answered) == 0 {
+		return 0, 0
+	}
+	for _, took := range answered {
+		if took > pr.slo.Latency {
+			over++
+		}
+	}
+	if unlent {
+		slices.Sort(answered)
+		p.baselines.AddUnlent(name, runMilli, answered[len(answered)/2].Seconds())
+	}
+	return len(answered), over
+}
+
+// baseline is a workload's probe latency with nothing lent at load runMilli (borrowed: from
+// another load level), and whether that is new news over its target: true the first time
+// the floor at the workload's own load is found over the target, and again each time it
+// crosses back, so the caller logs each change once.
+func (p *probes) baseline(name string, runMilli int64) (floor time.Duration, borrowed, changed, ok bool) {
+	pr, running := p.running[name]
+	b, borrowed, ok := p.baselines.Of(name, runMilli)
+	if !running || !ok {
+		return 0, false, false, false
+	}
+	floor = time.Duration(b * float64(time.Second))
+	if !borrowed {
+		over := floor > pr.slo.Latency
+		changed, pr.overFloor = over != pr.overFloor, over
+	}
+	return floor, borrowed, changed, true
 }
 
 // stop ends every probe and waits for them.

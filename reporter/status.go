@@ -127,8 +127,9 @@ type Indicator struct {
 	Name     string  `json:"name"` // run-queue wait, throttled
 	Value    float64 `json:"value"`
 	Target   float64 `json:"target"` // 0: not used by the feedback
-	// Baseline is the workload's own figure with nothing lent, when measured: its target is
-	// then the larger of the tier's and a multiple of this (run-queue wait only).
+	// Baseline is the workload's own figure with nothing lent, when measured. A run-queue
+	// wait's target is then the larger of the tier's and a multiple of this; an SLO probe's
+	// stays the operator's, and a baseline over it says lending less cannot meet it.
 	Baseline float64 `json:"baseline,omitempty"`
 	// BaselineBorrowed: no baseline is known yet at the load the workload runs now; Baseline
 	// is the nearest load level's.
@@ -272,6 +273,8 @@ func writeControl(w io.Writer, p Pool) {
 		switch {
 		case i.Baseline > 0 && i.BaselineBorrowed:
 			target += fmt.Sprintf(" (own baseline %.3f, at another load)", i.Baseline)
+		case i.Baseline > i.Target && i.Target > 0:
+			target += fmt.Sprintf(" (own baseline %.3f: over the target with nothing lent)", i.Baseline)
 		case i.Baseline > 0:
 			target += fmt.Sprintf(" (own baseline %.3f)", i.Baseline)
 		}

@@ -19,8 +19,9 @@ import (
 // floor. A workload with no baseline at any level gets one from a short measurement: the
 // caller holds lending at its minimum while Measuring.
 //
-// It is pure logic: the caller tells which readings were taken with nothing lent. It is not
-// safe for concurrent use; the interference loop owns it.
+// It is pure logic over one figure per reading (the agent keeps one for the wait ratio and one
+// for SLO probes' latency in seconds): the caller tells which readings were taken with nothing
+// lent. It is not safe for concurrent use; the interference loop owns it.
 type Baselines struct {
 	measureFor, every time.Duration
 
@@ -118,14 +119,14 @@ func (b *Baselines) Start(now time.Time) time.Time {
 	return b.until
 }
 
-// AddUnlent records workload name's run-queue wait ratio, read over an interval in which it
-// ran runMilli and the node lent its minimum throughout.
-func (b *Baselines) AddUnlent(name string, runMilli int64, waitRatio float64) {
+// AddUnlent records workload name's figure (its run-queue wait ratio), read over an interval
+// in which it ran runMilli and the node lent its minimum throughout.
+func (b *Baselines) AddUnlent(name string, runMilli int64, value float64) {
 	if b.levels[name] == nil {
 		b.levels[name] = map[int][]float64{}
 	}
 	l := level(runMilli)
-	rs := append(b.levels[name][l], waitRatio)
+	rs := append(b.levels[name][l], value)
 	b.levels[name][l] = rs[max(len(rs)-levelReadings, 0):]
 }
 

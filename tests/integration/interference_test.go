@@ -94,6 +94,23 @@ func TestSLOProbeCutsLending(t *testing.T) {
 	if !found {
 		t.Errorf("status shows no probe latency for web: %+v", n.status().Pools[0].Control.Indicators)
 	}
+	// With lending cut to its minimum the probe's answers are its floor: still over the
+	// target, which status and the log say lending less cannot meet.
+	n.eventually(10*time.Second, "web's probe floor", func() error {
+		for _, i := range n.status().Pools[0].Control.Indicators {
+			if i.Workload == "web" && i.Name == "probe latency" && i.Baseline >= 0.02 && !i.BaselineBorrowed {
+				return nil
+			}
+		}
+		return fmt.Errorf("indicators %+v", n.status().Pools[0].Control.Indicators)
+	})
+	if !strings.Contains(n.log.String(), "SLO probe slower than its target with nothing lent") {
+		t.Errorf("the agent's log does not say the target is under the probe's floor:\n%s", n.log.String())
+	}
+	text, err := exec.Command(tidalBin, "status", "--socket", n.socket).CombinedOutput()
+	if err != nil || !strings.Contains(string(text), "over the target with nothing lent") {
+		t.Errorf("tidal status does not show the floor over the target (err %v):\n%s", err, text)
+	}
 }
 
 // An online workload whose own threads wait on each other (three spinners on one CPU wait
