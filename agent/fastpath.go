@@ -207,7 +207,7 @@ func (a *Agent) writeReclaimedLimits() {
 // busiestFirst orders the cgroups by their workload's last sampled CPU use, busiest first.
 // The writer keeps this order among cgroups of one depth, so when the fast path hands cores
 // back, a busy online server gets its cpuset widened before a hundred idle workloads do (on
-// cgroup v1 each cpuset write rebuilds the scheduling domains).
+// cgroup v1 one write each, some 20-40 µs apiece).
 func busiestFirst(cgroups []plugins.Cgroup, snap state.Snapshot) {
 	use := make(map[string]int64, len(snap.Workloads))
 	for _, r := range snap.Workloads {
