@@ -3,10 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sort"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/agent/state"
@@ -57,6 +58,7 @@ func (a *Agent) interferenceLoop(ctx context.Context) {
 
 // onlineWorkload is one online workload the meter reads, with what judging it needs.
 type onlineWorkload struct {
+	uid     string
 	tier    qos.Tier
 	nodes   []int
 	targets config.Targets
@@ -111,7 +113,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			if floor, borrowed, changed, ok := probes.baseline(r.Name, run); ok {
 				probe.Baseline, probe.BaselineBorrowed = floor.Seconds(), borrowed
 				if changed {
-					logProbeFloor(a.log, r.Name, w.slo, floor)
+					a.tellProbeFloor(r.Name, w, floor)
 				}
 			}
 			inds = append(inds, probe)
@@ -200,16 +202,32 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	return atMinimum
 }
 
-// logProbeFloor says once, on each change, whether a workload's SLO probe answers slower
+// Events a pod gets when its SLO probe's floor crosses its target.
+const (
+	eventSLOUnreachable = "SLOUnreachable"
+	eventSLOReachable   = "SLOReachable"
+)
+
+// tellProbeFloor says once, on each change, whether a workload's SLO probe answers slower
 // than its target with nothing lent at its load: then lending less cannot meet the target,
-// and the feedback holds lending at the minimum for nothing an operator can gain.
-func logProbeFloor(log *slog.Logger, name string, slo qos.SLO, floor time.Duration) {
-	if floor > slo.Latency {
-		log.Warn("SLO probe slower than its target with nothing lent: lending less cannot meet the target",
-			"workload", name, "probe", slo.Probe, "target", slo.Latency, "withNothingLent", floor)
+// and the feedback holds lending at the minimum for nothing an operator can gain. The log
+// says it, and for a pod an Event on it.
+func (a *Agent) tellProbeFloor(name string, w onlineWorkload, floor time.Duration) {
+	if floor > w.slo.Latency {
+		msg := fmt.Sprintf("tidal: the SLO probe %s answers in %s with nothing lent to offline work, over its %s target (tidalqos.io/slo-latency): lending less cannot meet it, and lending stays at its minimum while the probe is over target",
+			w.slo.Probe, floor.Round(10*time.Microsecond), w.slo.Latency)
+		a.log.Warn("SLO probe slower than its target with nothing lent: lending less cannot meet the target",
+			"workload", name, "probe", w.slo.Probe, "target", w.slo.Latency, "withNothingLent", floor)
+		if a.pods != nil {
+			a.pods.Event(w.uid, corev1.EventTypeWarning, eventSLOUnreachable, msg)
+		}
 		return
 	}
-	log.Info("SLO probe within its target with nothing lent again", "workload", name, "target", slo.Latency, "withNothingLent", floor)
+	a.log.Info("SLO probe within its target with nothing lent again", "workload", name, "target", w.slo.Latency, "withNothingLent", floor)
+	if a.pods != nil {
+		a.pods.Event(w.uid, corev1.EventTypeNormal, eventSLOReachable, fmt.Sprintf("tidal: the SLO probe %s answers in %s with nothing lent, within its %s target again",
+			w.slo.Probe, floor.Round(10*time.Microsecond), w.slo.Latency))
+	}
 }
 
 // atMinimumLocked says, per NUMA node of pools, whether the plan lends only its minimum.
@@ -253,7 +271,7 @@ func (a *Agent) onlineGroups(snap state.Snapshot, pools plugins.Pools) ([]interf
 		}
 	}
 	for _, r := range snap.Workloads {
-		w := onlineWorkload{tier: r.Tier, nodes: sharedNodes, slo: r.SLO}
+		w := onlineWorkload{uid: r.UID, tier: r.Tier, nodes: sharedNodes, slo: r.SLO}
 		switch r.Tier {
 		case qos.Shared:
 			w.targets = a.cfg.Interference.Shared

@@ -24,6 +24,7 @@ import (
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+	"github.com/tidalqos/tidal/tests/testutil"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -488,4 +489,45 @@ func TestNodeReportsWhyItCannotLend(t *testing.T) {
 		return fmt.Errorf("conditions %+v", node.Status.Conditions)
 	})
 	n.alive()
+}
+
+// A pod whose SLO target lies under what its probe answers with nothing lent hears so: once
+// the feedback has cut lending to its minimum for the probe, the probe's answers there are its
+// floor, and the agent records a Warning Event on the pod naming the figures (a real server
+// doing 30 ms of work an answer, probed over HTTP at the pod's IP, against a 10 ms target).
+func TestSLOFloorOverTargetIsAnEventOnThePod(t *testing.T) {
+	c := newCluster(t)
+	n := newKubeNode(t, c, "node-a", "cgroupfs", "interference:\n  shared:\n    runQueueWait: 0\n    runQueueWaitOverBaseline: 0\n")
+	n.start()
+	addr := testutil.FreeAddr(t)
+	_, port, _ := strings.Cut(addr, ":")
+	web := n.runPod(newPod("web", map[string]string{"tidalqos.io/slo-probe": "http://:" + port + "/work", "tidalqos.io/slo-latency": "10ms"}, nil),
+		"workload", "server", "--addr", addr, "--work", "30ms")
+	// The pod's IP, as the kubelet reports it once the sandbox runs: the probe starts then.
+	pod := web.pod.DeepCopy()
+	pod.Status.PodIP, pod.Status.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}}
+	if _, err := c.admin.CoreV1().Pods(pod.Namespace).UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "an SLOUnreachable Event on web", func() error {
+		for _, e := range c.events(t, "default", "web") {
+			if strings.HasPrefix(e, "SLOUnreachable: ") {
+				t.Logf("event: %s", e)
+				if !strings.Contains(e, "over its 10ms target") || !strings.Contains(e, "/work answers in ") {
+					t.Errorf("the Event does not give the figures: %s", e)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("events %q", c.events(t, "default", "web"))
+	})
+	var probe reporter.Indicator
+	for _, i := range n.status().Pools[0].Control.Indicators {
+		if i.Workload == "default/web" && i.Name == "probe latency" {
+			probe = i
+		}
+	}
+	if probe.Baseline < 0.02 || probe.Target != 0.01 {
+		t.Errorf("status shows web's probe %+v: want its baseline over 20 ms against the 10 ms target", probe)
+	}
 }

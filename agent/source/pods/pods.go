@@ -385,6 +385,17 @@ func (s *Source) publish(ctx context.Context) {
 	}
 }
 
+// Event records an Event on the pod with this UID (clipped to the API's limit); nothing for a
+// pod the watch does not see.
+func (s *Source) Event(uid, eventType, reason, message string) {
+	s.mu.Lock()
+	pod := s.pods[types.UID(uid)]
+	s.mu.Unlock()
+	if pod != nil {
+		s.opts.Client.Event(pod, eventType, reason, kube.Clip(message))
+	}
+}
+
 // Evictor implements source.Evicting: pods go through the Eviction API.
 func (s *Source) Evictor() evict.Evictor { return podEvictor{s} }
 
