@@ -15,6 +15,10 @@ import (
 // indicatorProbe names the SLO probe's indicator.
 const indicatorProbe = "probe latency"
 
+// maxUntallied bounds the answers kept between two tallies (the interference loop tallies
+// every pass, one answer or so later).
+const maxUntallied = 256
+
 // probeSamples is how many recent probes the indicator's median is taken over: one slow
 // answer does not cut lending, a run of them does.
 const probeSamples = 5
@@ -105,6 +109,9 @@ func (p *probes) run(ctx context.Context, pr *probe) {
 			pr.recent = pr.recent[1:]
 		}
 		pr.answered = append(pr.answered, took)
+		if len(pr.answered) > maxUntallied {
+			pr.answered = pr.answered[1:] // a workload the loop has not read for a while
+		}
 		pr.mu.Unlock()
 	}
 }
