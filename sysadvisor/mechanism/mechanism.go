@@ -22,7 +22,9 @@
 // not chosen. Every answer counts once, so a tail the median of a few answers would hide
 // still shows. The wait is a proxy whose price in latency differs between machines; an SLO
 // that holds under each candidate says the lending a tighter mechanism gives up buys nothing
-// the operator asked for.
+// the operator asked for. An SLO missed in most answers under every candidate alike (a target
+// under what the service answers even with nothing lent) cannot tell them apart, however much
+// one hurts more: then the wait decides, as without a probe.
 //
 // It is pure logic; the interference loop owns a Chooser and feeds it readings.
 package mechanism
@@ -67,6 +69,11 @@ type Reading struct {
 	// reading, ProbeOverTarget how many of them were slower than their target.
 	ProbeAnswers, ProbeOverTarget int
 }
+
+// sloMissed: where the probes' answers were over target more often than this under every
+// candidate, and no candidate's share stood out by more than the tolerance, the SLO is missed
+// alike under all of them and says nothing about which hurts more.
+const sloMissed = 0.5
 
 // harmlessWait: run-queue wait under this per unit of CPU run counts as none in the harm, so
 // that a workload that almost never waits (a CPU spinner: 0.002 alone) does not show a
@@ -209,10 +216,10 @@ func (c *Chooser) Step(now time.Time) (mechanism string, changed, chose bool) {
 
 // choose keeps, among the candidates that hurt online work least, the one with the highest
 // mean lent share; an earlier candidate wins unless a later one beats it by more than Tie. The
-// harm is the SLO probes' where probes answered under every candidate with readings,
-// else the run-queue wait where every one had some with a baseline; otherwise it cannot be
-// compared, and the share alone decides. With no reading at all (nothing to lend the whole
-// time) the first candidate stays.
+// harm is the SLO probes' where probes answered under every candidate with readings (unless
+// they missed their targets alike under all, see sloMissed), else the run-queue wait where
+// every one had some with a baseline; otherwise it cannot be compared, and the share alone
+// decides. With no reading at all (nothing to lend the whole time) the first candidate stays.
 func (c *Chooser) choose(now time.Time) {
 	c.exploring, c.chosenAt = false, now
 	c.scores = map[string]Score{}
@@ -236,6 +243,8 @@ func (c *Chooser) choose(now time.Time) {
 		c.reason = fmt.Sprintf("kept %s: no reading had anything to lend in %d trials", c.Current(), c.total())
 		return
 	}
+	missedAlike := bySLO && sloMissedAlike(c.scores, c.cfg.SLOTolerance)
+	bySLO = bySLO && !missedAlike
 	harm := func(s Score) float64 { return s.WaitOverBaseline }
 	if bySLO {
 		harm = func(s Score) float64 { return s.OverSLO }
@@ -272,6 +281,9 @@ func (c *Chooser) choose(now time.Time) {
 	}
 	c.current = best
 	c.reason = fmt.Sprintf("chose %s: %s", c.Current(), c.describe())
+	if missedAlike {
+		c.reason += fmt.Sprintf("; SLO probes over target in more than %s of answers under every candidate alike, which tells them apart no more", percent(sloMissed))
+	}
 	switch {
 	case bySLO && len(excluded) > 0:
 		c.reason += fmt.Sprintf("; left out, SLO probes over target in more than %s of answers (%s under %s): %s",
@@ -284,6 +296,16 @@ func (c *Chooser) choose(now time.Time) {
 		c.reason += fmt.Sprintf("; left out, online wait more than %.2fx that under %s: %s",
 			1+c.cfg.WaitTolerance, leastName, strings.Join(excluded, ", "))
 	}
+}
+
+// sloMissedAlike says whether the SLO probes were over target in more than sloMissed of their
+// answers under every scored candidate, none more than tolerance above the least.
+func sloMissedAlike(scores map[string]Score, tolerance float64) bool {
+	least, most := math.Inf(1), math.Inf(-1)
+	for _, s := range scores {
+		least, most = min(least, s.OverSLO), max(most, s.OverSLO)
+	}
+	return least > sloMissed && most-least <= tolerance
 }
 
 func percent(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
