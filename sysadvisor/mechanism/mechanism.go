@@ -282,7 +282,7 @@ func (c *Chooser) choose(now time.Time) {
 	c.current = best
 	c.reason = fmt.Sprintf("chose %s: %s", c.Current(), c.describe())
 	if missedAlike {
-		c.reason += fmt.Sprintf("; SLO probes over target in more than %s of answers under every candidate alike, which tells them apart no more", percent(sloMissed))
+		c.reason += fmt.Sprintf("; SLO probes over target in more than %s of answers under every candidate alike, so they do not tell the candidates apart", percent(sloMissed))
 	}
 	switch {
 	case bySLO && len(excluded) > 0:

@@ -233,7 +233,7 @@ func TestTheSLOIsWeighedOnlyWhenProbesAnsweredUnderEveryCandidate(t *testing.T) 
 }
 
 // An SLO missed in most answers under every candidate alike (a target under what the service
-// answers with nothing lent) tells them apart no more: the wait decides, as without a probe.
+// answers with nothing lent) does not tell them apart: the wait decides, as without a probe.
 // One missed unevenly still leaves out the candidate that misses it more.
 func TestAnSLOMissedAlikeLeavesTheChoiceToTheWait(t *testing.T) {
 	cfg := Config{Candidates: []string{"cores", "quota-on-cut"}, Trial: 10 * time.Second, Rounds: 3, Tie: 0.05, WaitTolerance: 0.2, SLOTolerance: 0.05}
@@ -244,7 +244,7 @@ func TestAnSLOMissedAlikeLeavesTheChoiceToTheWait(t *testing.T) {
 	})
 	want := "chose cores: cores lent 0.20 of the ceiling, online wait 1.10x its baseline, SLO probes over target in 100% of answers; " +
 		"quota-on-cut lent 0.70 of the ceiling, online wait 2.50x its baseline, SLO probes over target in 100% of answers; " +
-		"SLO probes over target in more than 50% of answers under every candidate alike, which tells them apart no more; " +
+		"SLO probes over target in more than 50% of answers under every candidate alike, so they do not tell the candidates apart; " +
 		"left out, online wait more than 1.20x that under cores: quota-on-cut"
 	if c.Current() != "cores" || c.Reason() != want {
 		t.Errorf("missed alike: chose %s\n got %s\nwant %s", c.Current(), c.Reason(), want)
@@ -256,7 +256,7 @@ func TestAnSLOMissedAlikeLeavesTheChoiceToTheWait(t *testing.T) {
 		"cores":        {LentShare: 0.2, ProbeAnswers: 4, ProbeOverTarget: 3},
 		"quota-on-cut": {LentShare: 0.7, ProbeAnswers: 4, ProbeOverTarget: 3},
 	})
-	if c.Current() != "quota-on-cut" || !strings.HasSuffix(c.Reason(), "tells them apart no more; the lent share alone decided (no baseline of online work's wait under every candidate)") {
+	if c.Current() != "quota-on-cut" || !strings.HasSuffix(c.Reason(), "do not tell the candidates apart; the lent share alone decided (no baseline of online work's wait under every candidate)") {
 		t.Errorf("missed alike, no wait: chose %s: %s", c.Current(), c.Reason())
 	}
 

@@ -346,7 +346,7 @@ func TestAutoMechanismWeighsOnlineWait(t *testing.T) {
 // With an SLO probe on online work, cpu.mechanism auto counts the probe's answers, as the
 // agent times them over HTTP from a real server, under each candidate; a target the server
 // misses under every candidate alike (30 ms of work an answer against 10 ms: every answer over
-// it, whatever is lent) tells the candidates apart no more, and the choice is left to the
+// it, whatever is lent) does not tell the candidates apart, and the choice is left to the
 // run-queue wait as without a probe. (The probes weighing instead of the wait, where they
 // tell the candidates apart or hold under all, is sysadvisor/mechanism's to test.)
 func TestAutoMechanismCountsTheSLOProbeAndIgnoresOneMissedAlike(t *testing.T) {
@@ -361,7 +361,7 @@ func TestAutoMechanismCountsTheSLOProbeAndIgnoresOneMissedAlike(t *testing.T) {
 	c := autoChoice(t, n, 40*time.Second)
 	figures := regexp.MustCompile(`cores lent [01]\.\d\d of the ceiling(, online wait \d+\.\d\dx its baseline)?, SLO probes over target in 100% of answers; ` +
 		`quota-on-cut lent [01]\.\d\d of the ceiling(, online wait \d+\.\d\dx its baseline)?, SLO probes over target in 100% of answers; ` +
-		`SLO probes over target in more than 50% of answers under every candidate alike, which tells them apart no more`)
+		`SLO probes over target in more than 50% of answers under every candidate alike, so they do not tell the candidates apart`)
 	if !figures.MatchString(c.MechanismChoice) || strings.Contains(c.MechanismChoice, "the SLO probes weighed") {
 		t.Errorf("the choice should count the SLO probe's answers under each candidate and leave a target missed alike to the wait: %s", c.MechanismChoice)
 	}
