@@ -151,8 +151,13 @@ func (p *probes) latency(name string) (time.Duration, bool) {
 	if len(recent) == 0 {
 		return 0, false
 	}
-	slices.Sort(recent)
-	return recent[len(recent)/2], true
+	return median(recent), true
+}
+
+// median sorts ds (not empty) and returns its middle (the upper one of an even count).
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }
 
 // tally takes the answers a workload's probe got since the last tally, and how many of them
@@ -176,8 +181,7 @@ func (p *probes) tally(name string, runMilli int64, unlent bool) (answers, over 
 		}
 	}
 	if unlent {
-		slices.Sort(answered)
-		p.baselines.AddUnlent(name, runMilli, answered[len(answered)/2].Seconds())
+		p.baselines.AddUnlent(name, runMilli, median(answered).Seconds())
 	}
 	return len(answered), over
 }
