@@ -110,10 +110,11 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			// The workload's own SLO signal counts whatever CPU it ran. Its target is the
 			// operator's; the baseline beside it only shows whether lending less could meet it.
 			probe := reporter.Indicator{Name: indicatorProbe, Value: took.Seconds(), Target: w.slo.Latency.Seconds()}
-			if floor, borrowed, changed, ok := probes.baseline(r.Name, run); ok {
-				probe.Baseline, probe.BaselineBorrowed = floor.Seconds(), borrowed
+			if floor, changed, ok := probes.floor(r.Name, run); ok {
+				probe.Baseline, probe.BaselineBorrowed = floor.Latency.Seconds(), floor.Borrowed
+				probe.BaselineOverTarget, probe.BaselineAnswers = floor.OverTarget, floor.Answers
 				if changed {
-					a.tellProbeFloor(r.Name, w, floor)
+					a.tellProbeFloor(r.Name, w, floor.Latency)
 				}
 			}
 			inds = append(inds, probe)

@@ -23,6 +23,11 @@ const maxUntallied = 256
 // answer does not cut lending, a run of them does.
 const probeSamples = 5
 
+// floorAnswers is how many of a probe's latest answers with nothing lent are kept per load
+// level: its floor is their median, and the share of them over the target says whether the
+// target sits inside the service's own tail.
+const floorAnswers = 50
+
 // probes GETs the SLO probe of each online workload that has one, each in a goroutine of its
 // own, every interval; the interference loop reads their recent latencies. A probe that
 // fails or times out counts as taking its timeout.
@@ -35,7 +40,7 @@ type probes struct {
 	client   *http.Client
 	running  map[string]*probe // by workload name; the interference loop's only
 	wg       sync.WaitGroup
-	// baselines are the probes' median latencies (seconds) with nothing lent; the
+	// baselines are the probes' answers (seconds) with nothing lent, per load level; the
 	// interference loop's only.
 	baselines *interference.Baselines
 }
@@ -55,7 +60,7 @@ type probe struct {
 }
 
 func newProbes(interval time.Duration) *probes {
-	return &probes{interval: interval, running: map[string]*probe{}, baselines: interference.NewBaselines(0, 0),
+	return &probes{interval: interval, running: map[string]*probe{}, baselines: interference.NewBaselines(0, 0).WithReadings(floorAnswers),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true},
 			// A redirect is an answer, and not a 2xx one: the probe is not followed elsewhere.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
@@ -161,8 +166,8 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // tally takes the answers a workload's probe got since the last tally, and how many of them
-// were slower than its target. Read with nothing lent (unlent), they teach the probe's
-// baseline at load runMilli.
+// were slower than its target. Read with nothing lent (unlent), each teaches the probe's
+// floor at load runMilli.
 func (p *probes) tally(name string, runMilli int64, unlent bool) (answers, over int) {
 	pr, ok := p.running[name]
 	if !ok {
@@ -181,27 +186,39 @@ func (p *probes) tally(name string, runMilli int64, unlent bool) (answers, over 
 		}
 	}
 	if unlent {
-		p.baselines.AddUnlent(name, runMilli, median(answered).Seconds())
+		for _, took := range answered {
+			p.baselines.AddUnlent(name, runMilli, took.Seconds())
+		}
 	}
 	return len(answered), over
 }
 
-// baseline is a workload's probe latency with nothing lent at load runMilli (borrowed: from
-// another load level), and whether that is new news over its target: true the first time
-// the floor at the workload's own load is found over the target, and again each time it
-// crosses back, so the caller logs each change once.
-func (p *probes) baseline(name string, runMilli int64) (floor time.Duration, borrowed, changed, ok bool) {
+// probeFloor is what a probe answers with nothing lent at a load: its median answer, and the
+// share of its answers over the target (of how many).
+type probeFloor struct {
+	Latency    time.Duration
+	OverTarget float64
+	Answers    int
+	// Borrowed: none known at the workload's load yet; these are the nearest level's.
+	Borrowed bool
+}
+
+// floor is a workload's probe with nothing lent at load runMilli, and whether that is new
+// news over its target: true the first time the median at the workload's own load is found
+// over the target, and again each time it crosses back, so the caller logs each change once.
+func (p *probes) floor(name string, runMilli int64) (f probeFloor, changed, ok bool) {
 	pr, running := p.running[name]
 	b, borrowed, ok := p.baselines.Of(name, runMilli)
 	if !running || !ok {
-		return 0, false, false, false
+		return probeFloor{}, false, false
 	}
-	floor = time.Duration(b * float64(time.Second))
+	f = probeFloor{Latency: time.Duration(b * float64(time.Second)), Borrowed: borrowed}
+	f.OverTarget, f.Answers, _ = p.baselines.Share(name, runMilli, pr.slo.Latency.Seconds())
 	if !borrowed {
-		over := floor > pr.slo.Latency
+		over := f.Latency > pr.slo.Latency
 		changed, pr.overFloor = over != pr.overFloor, over
 	}
-	return floor, borrowed, changed, true
+	return f, changed, true
 }
 
 // stop ends every probe and waits for them.

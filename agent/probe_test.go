@@ -16,9 +16,9 @@ func answer(p *probes, name string, took ...time.Duration) {
 	pr.mu.Unlock()
 }
 
-// A probe's answers with nothing lent teach its floor at their load; the floor over the
-// target is news once, and again when it comes back under; answers read while something is
-// lent teach nothing.
+// A probe's answers with nothing lent teach its floor at their load, and how many of them were
+// over the target; the floor over the target is news once, and again when it comes back
+// under; answers read while something is lent teach nothing.
 func TestProbeFloor(t *testing.T) {
 	p := newProbes(time.Hour) // the probes' own goroutines never fire: the test answers
 	defer p.stop()
@@ -32,42 +32,55 @@ func TestProbeFloor(t *testing.T) {
 	}
 	answer(p, "web", 30*ms)
 	p.tally("web", 500, false)
-	if _, _, _, ok := p.baseline("web", 500); ok {
+	if _, _, ok := p.floor("web", 500); ok {
 		t.Fatal("answers read while something was lent made a floor")
 	}
 
-	for range 2 {
-		answer(p, "web", 30*ms, 29*ms, 31*ms)
-		p.tally("web", 500, true)
+	answer(p, "web", 30*ms, 29*ms, 31*ms)
+	p.tally("web", 500, true)
+	answer(p, "web", 28*ms, 8*ms, 30*ms, 32*ms)
+	p.tally("web", 500, true)
+	f, changed, ok := p.floor("web", 500)
+	if want := (probeFloor{Latency: 30 * ms, OverTarget: 6.0 / 7, Answers: 7}); !ok || f != want || !changed {
+		t.Fatalf("floor = %+v changed %v ok %v; want %+v of its own level, news", f, changed, ok, want)
 	}
-	floor, borrowed, changed, ok := p.baseline("web", 500)
-	if !ok || floor != 30*ms || borrowed || !changed {
-		t.Fatalf("baseline = %v borrowed %v changed %v ok %v; want 30ms of its own level, news", floor, borrowed, changed, ok)
-	}
-	if _, _, changed, _ := p.baseline("web", 500); changed {
+	if _, changed, _ := p.floor("web", 500); changed {
 		t.Error("the same floor was news twice")
 	}
-	if _, borrowed, changed, _ := p.baseline("web", 5000); !borrowed || changed {
-		t.Errorf("at another load: borrowed %v changed %v; want borrowed, no news", borrowed, changed)
+	if f, changed, _ := p.floor("web", 5000); !f.Borrowed || changed {
+		t.Errorf("at another load: borrowed %v changed %v; want borrowed, no news", f.Borrowed, changed)
 	}
 
-	for range 5 {
+	// Faster again: once most of the latest answers are under the target, so is the floor;
+	// the slow ones still count in its tail.
+	for range 10 {
 		answer(p, "web", 3*ms)
 		p.tally("web", 500, true)
 	}
-	if floor, _, changed, _ := p.baseline("web", 500); floor != 3*ms || !changed {
-		t.Errorf("back under the target: floor %v changed %v; want 3ms, news", floor, changed)
+	f, changed, _ = p.floor("web", 500)
+	if want := (probeFloor{Latency: 3 * ms, OverTarget: 6.0 / 17, Answers: 17}); f != want || !changed {
+		t.Errorf("back under the target: floor %+v changed %v; want %+v, news", f, changed, want)
 	}
 
-	// A new target keeps the floor (the latency is the workload's); a new URL forgets it.
+	// Only the latest floorAnswers count.
+	for range floorAnswers {
+		answer(p, "web", 4*ms)
+	}
+	p.tally("web", 500, true)
+	if f, _, _ := p.floor("web", 500); f.Answers != floorAnswers || f.OverTarget != 0 || f.Latency != 4*ms {
+		t.Errorf("after %d more answers: %+v; want only those, none over", floorAnswers, f)
+	}
+
+	// A new target keeps the floor (the latency is the workload's) and counts its tail anew;
+	// a new URL forgets it.
 	slo.Latency = 2 * ms
 	p.sync(context.Background(), map[string]qos.SLO{"web": slo})
-	if floor, _, changed, ok := p.baseline("web", 500); !ok || floor != 3*ms || !changed {
-		t.Errorf("after a new target: floor %v ok %v changed %v; want 3ms kept, news (over the new target)", floor, ok, changed)
+	if f, changed, ok := p.floor("web", 500); !ok || f.Latency != 4*ms || f.OverTarget != 1 || !changed {
+		t.Errorf("after a new target: floor %+v ok %v changed %v; want 4ms kept, all over, news", f, ok, changed)
 	}
 	slo.Probe = "http://127.0.0.1:2/"
 	p.sync(context.Background(), map[string]qos.SLO{"web": slo})
-	if _, _, _, ok := p.baseline("web", 500); ok {
+	if _, _, ok := p.floor("web", 500); ok {
 		t.Error("a probe of another URL kept the old one's floor")
 	}
 }

@@ -134,6 +134,11 @@ type Indicator struct {
 	// BaselineBorrowed: no baseline is known yet at the load the workload runs now; Baseline
 	// is the nearest load level's.
 	BaselineBorrowed bool `json:"baselineBorrowed,omitempty"`
+	// BaselineOverTarget (SLO probes only) is the share of the probe's answers with nothing
+	// lent that were over its target, of BaselineAnswers (its latest, at most 50): a target
+	// under the median is unreachable, one inside the tail is missed that often whatever is lent.
+	BaselineOverTarget float64 `json:"baselineOverTarget,omitempty"`
+	BaselineAnswers    int     `json:"baselineAnswers,omitempty"`
 	// RunMilliCPU is the CPU the workload ran over the reading (the ratio's base).
 	RunMilliCPU int64 `json:"runMilliCPU"`
 }
@@ -275,6 +280,9 @@ func writeControl(w io.Writer, p Pool) {
 			target += fmt.Sprintf(" (own baseline %.3f, at another load)", i.Baseline)
 		case i.Baseline > i.Target && i.Target > 0:
 			target += fmt.Sprintf(" (own baseline %.3f: over the target with nothing lent)", i.Baseline)
+		case i.BaselineOverTarget > 0:
+			target += fmt.Sprintf(" (own baseline %.3f; with nothing lent %.0f%% of %d answers over the target)",
+				i.Baseline, 100*i.BaselineOverTarget, i.BaselineAnswers)
 		case i.Baseline > 0:
 			target += fmt.Sprintf(" (own baseline %.3f)", i.Baseline)
 		}

@@ -44,13 +44,15 @@ func TestWriteTextIO(t *testing.T) {
 }
 
 // Each indicator shows its baseline beside its target, and says when the workload's own figure
-// with nothing lent is over the target: an SLO lending less cannot meet.
+// with nothing lent is over the target (an SLO lending less cannot meet) or a probe's target
+// sits inside its own tail (missed that often whatever is lent).
 func TestWriteTextIndicatorBaselines(t *testing.T) {
 	s := Status{Pools: []Pool{{NUMANode: 0, Control: Control{Indicators: []Indicator{
 		{Workload: "web", Tier: "shared", Name: "run-queue wait", Value: 0.2, Target: 0.45, Baseline: 0.3},
 		{Workload: "api", Tier: "shared", Name: "probe latency", Value: 0.004, Target: 0.005, Baseline: 0.002},
 		{Workload: "slow", Tier: "shared", Name: "probe latency", Value: 0.031, Target: 0.01, Baseline: 0.03},
 		{Workload: "moved", Tier: "shared", Name: "probe latency", Value: 0.031, Target: 0.01, Baseline: 0.03, BaselineBorrowed: true},
+		{Workload: "tight", Tier: "shared", Name: "probe latency", Value: 0.004, Target: 0.005, Baseline: 0.003, BaselineOverTarget: 0.18, BaselineAnswers: 50},
 	}}}}}
 	var b strings.Builder
 	if err := WriteText(&b, s); err != nil {
@@ -62,6 +64,7 @@ func TestWriteTextIndicatorBaselines(t *testing.T) {
 		"target 0.005 (own baseline 0.002) ",
 		"target 0.010 (own baseline 0.030: over the target with nothing lent)",
 		"target 0.010 (own baseline 0.030, at another load)",
+		"target 0.005 (own baseline 0.003; with nothing lent 18% of 50 answers over the target)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status text lacks %q:\n%s", want, out)

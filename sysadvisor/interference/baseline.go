@@ -24,6 +24,7 @@ import (
 // lent. It is not safe for concurrent use; the interference loop owns it.
 type Baselines struct {
 	measureFor, every time.Duration
+	readings          int // kept per level (levelReadings unless WithReadings)
 
 	levels map[string]map[int][]float64 // workload -> level -> its latest readings with nothing lent
 	until  time.Time                    // the measurement running ends then; zero: none runs
@@ -45,7 +46,15 @@ const spacing = 10
 // NewBaselines measures for measureFor at a time (0: never), again every every (0: only for
 // workloads that have no baseline).
 func NewBaselines(measureFor, every time.Duration) *Baselines {
-	return &Baselines{measureFor: measureFor, every: every, levels: map[string]map[int][]float64{}}
+	return &Baselines{measureFor: measureFor, every: every, readings: levelReadings, levels: map[string]map[int][]float64{}}
+}
+
+// WithReadings keeps the latest n readings per level instead of levelReadings: for figures
+// read one at a time (each answer of an SLO probe), whose tail as well as their median the
+// caller asks about (Share). It returns b.
+func (b *Baselines) WithReadings(n int) *Baselines {
+	b.readings = max(n, minReadings)
+	return b
 }
 
 // level is the load level of a reading of runMilli millicores: half-octaves from 10m, so a
@@ -58,6 +67,31 @@ func level(runMilli int64) int {
 // level's (the lower one on a tie: a lighter load's floor is the stricter; borrowed true), if
 // any is known.
 func (b *Baselines) Of(name string, runMilli int64) (baseline float64, borrowed, ok bool) {
+	rs, borrowed, ok := b.nearest(name, runMilli)
+	if !ok {
+		return 0, false, false
+	}
+	return median(rs), borrowed, true
+}
+
+// Share is the share of the readings behind Of's baseline that were above limit, and how many
+// readings that is: how often the workload's figure was over limit with nothing lent.
+func (b *Baselines) Share(name string, runMilli int64, limit float64) (share float64, readings int, ok bool) {
+	rs, _, ok := b.nearest(name, runMilli)
+	if !ok {
+		return 0, 0, false
+	}
+	over := 0
+	for _, r := range rs {
+		if r > limit {
+			over++
+		}
+	}
+	return float64(over) / float64(len(rs)), len(rs), true
+}
+
+// nearest is the readings of runMilli's level, or else of the nearest level that has enough.
+func (b *Baselines) nearest(name string, runMilli int64) (readings []float64, borrowed, ok bool) {
 	want := level(runMilli)
 	best, found := 0, false
 	for l, rs := range b.levels[name] {
@@ -70,9 +104,9 @@ func (b *Baselines) Of(name string, runMilli int64) (baseline float64, borrowed,
 		}
 	}
 	if !found {
-		return 0, false, false
+		return nil, false, false
 	}
-	return median(b.levels[name][best]), best != want, true
+	return b.levels[name][best], best != want, true
 }
 
 func abs(x int) int { return max(x, -x) }
@@ -127,7 +161,7 @@ func (b *Baselines) AddUnlent(name string, runMilli int64, value float64) {
 	}
 	l := level(runMilli)
 	rs := append(b.levels[name][l], value)
-	b.levels[name][l] = rs[max(len(rs)-levelReadings, 0):]
+	b.levels[name][l] = rs[max(len(rs)-b.readings, 0):]
 }
 
 // Finish ends the measurement once its time is up (done false before).

@@ -101,3 +101,25 @@ func TestBaselinesOff(t *testing.T) {
 		t.Error("due with measurements off")
 	}
 }
+
+// Kept one answer at a time, a level's readings tell their tail as well as their median: the
+// share of them over a limit, of the latest WithReadings, at the level Of would use.
+func TestBaselinesShareOverALimit(t *testing.T) {
+	b := NewBaselines(0, 0).WithReadings(4)
+	if _, _, ok := b.Share("api", 300, 0.005); ok {
+		t.Fatal("a share before any reading")
+	}
+	for _, v := range []float64{0.009, 0.002, 0.003, 0.006, 0.004} { // the first falls out
+		b.AddUnlent("api", 300, v)
+	}
+	if v, _, _ := b.Of("api", 300); !near(v, 0.0035) {
+		t.Errorf("median of the latest 4: %v, want 0.0035", v)
+	}
+	if share, n, ok := b.Share("api", 300, 0.005); !ok || n != 4 || !near(share, 0.25) {
+		t.Errorf("share over 5ms = %v of %d (%v); want 0.25 of 4", share, n, ok)
+	}
+	// Another load borrows the nearest level's readings, as Of does.
+	if share, n, _ := b.Share("api", 2000, 0.0035); n != 4 || !near(share, 0.5) {
+		t.Errorf("borrowed share over 3.5ms = %v of %d; want 0.5 of 4", share, n)
+	}
+}
