@@ -9,7 +9,8 @@
 // is slowed rather than OOM-killed. cgroup v1 has no throttle: there it is
 // memory.soft_limit_in_bytes, which only steers global reclaim to reclaimed work first, and
 // the reclaimed tier gets oom_kill_disable so a task at its hard limit waits for lending to
-// grow (the agent evicts it through the common evictor if lending cannot grow).
+// grow (the agent evicts it through the common evictor if lending cannot grow); a task at a
+// limit of its own workload's (--memory), which lending does not lift, is killed.
 package memory
 
 import (
@@ -120,7 +121,14 @@ func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision
 		if s.MemoryLimit > 0 {
 			s.MemoryHigh = r.Throttle(s.MemoryLimit)
 		}
+		// Waiting at the limit helps only where lending can lift it. At a limit of the
+		// workload's own, under what is lent, its tasks would wait for ever (and the stall
+		// eviction watches only the tier and reclaimed pods): the kernel kills there, as it
+		// does in any tier.
 		s.MemoryOOMWait = r.oomWait()
+		if w.MemoryLimit > 0 && w.MemoryLimit < n.LentMemory {
+			s.MemoryOOMWait = plugins.Off
+		}
 		d.OOMScoreAdj = ReclaimedOOMScoreAdj
 	}
 	if w.Owner.Foreign() && w.Tier != qos.Reclaimed {

@@ -90,6 +90,15 @@ func TestDecide(t *testing.T) {
 	if s := d.Settings; s.MemoryLimit != 1<<30 || s.MemoryHigh != 1<<30-DefaultThrottleMarginBytes || d.OOMScoreAdj != ReclaimedOOMScoreAdj {
 		t.Errorf("reclaimed with its own limit: limit %d, high %d, oom score %d", s.MemoryLimit, s.MemoryHigh, d.OOMScoreAdj)
 	}
+	// At its own limit lending growing would not free it: the kernel kills rather than hold
+	// it waiting for ever. A limit of its own above what is lent waits like any other.
+	if d.Settings.MemoryOOMWait != plugins.Off {
+		t.Errorf("reclaimed with its own limit under what is lent: oom-wait %v, want off", d.Settings.MemoryOOMWait)
+	}
+	d = decide(plugins.Workload{Tier: qos.Reclaimed, MemoryLimit: 16 << 30})
+	if s := d.Settings; s.MemoryLimit != 8<<30 || s.MemoryOOMWait != plugins.On {
+		t.Errorf("reclaimed with its own limit over what is lent: limit %d, oom-wait %v; want what is lent, on", s.MemoryLimit, s.MemoryOOMWait)
+	}
 	// Inside tidal's tier the tier caps it: no limit of its own, no throttle of its own.
 	d = decide(plugins.Workload{Tier: qos.Reclaimed})
 	if s := d.Settings; s.MemoryLimit != plugins.Unlimited || s.MemoryHigh != plugins.Unlimited {

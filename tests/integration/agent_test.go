@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -272,6 +273,33 @@ func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
 	}
 	if !throttled {
 		t.Error("no throttle action recorded for the hand-back")
+	}
+}
+
+// A reclaimed job at its own --memory limit is killed by the kernel, as in any tier: lending
+// growing would not lift that limit, so waiting there (v1's oom_kill_disable, which the
+// reclaimed tier uses for the limit lending sets) would hold it for ever.
+func TestReclaimedAtItsOwnMemoryLimitIsKilled(t *testing.T) {
+	n := newNode(t, "")
+	n.start()
+	cmd, out := n.run("--tier", "reclaimed", "--name", "hog", "--memory", "32Mi", "--", tidalBin, "workload", "memhog", "--target", "100Mi")
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 137 {
+			t.Errorf("tidal run: %v, want exit 137 (killed at its own limit); output %q", err, out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("a reclaimed job over its own 32Mi limit still runs after 30s (oom_control: %s); output %q",
+			n.file("memory", n.root+"/reclaimed/hog", "memory.oom_control"), out)
+		if w, ok := n.workload("hog"); ok {
+			for _, pid := range w.PIDs { // a task waiting at the limit still dies of SIGKILL
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		<-done
 	}
 }
 
