@@ -11,8 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -59,8 +57,9 @@ type Agent struct {
 	idle    bool
 	procDir string
 	sysDir  string
-	// stateLock is held while the agent runs (see lockStateDir).
-	stateLock *os.File
+	// claim is what the agent holds on the node while it runs (claim.go): its state folder,
+	// socket, metrics port and cgroup tree. Its listeners are what Run serves.
+	claim     claim
 	store     *state.Store
 	gpuSource sysgpu.Source
 	lease     *leasing // nil without an arbiter
@@ -149,44 +148,28 @@ type Agent struct {
 // checkpoint and the cgroups on disk, and brings the cgroup tree to its settings with the
 // reclaimed pool at its minimum (no fresh metrics yet).
 func New(cfg config.Config, log *slog.Logger) (*Agent, error) {
-	// One agent per state folder and cgroup tree: a second one must stop before it touches
-	// either.
-	lock, err := lockStateDir(cfg.StateDir)
-	if err != nil {
-		return nil, err
-	}
-	a, err := newAgent(cfg, log)
-	if err != nil {
-		lock.Close()
-		return nil, err
-	}
-	a.stateLock = lock
-	return a, nil
-}
-
-// lockStateDir takes an exclusive lock on the state folder, held while the process lives.
-func lockStateDir(dir string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "agent.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("another tidal agent is running with state folder %s (%v)", dir, err)
-	}
-	return f, nil
-}
-
-func newAgent(cfg config.Config, log *slog.Logger) (*Agent, error) {
 	layout, err := cgroupfs.Detect(cfg.Cgroup.MountPoint, cfg.Cgroup.Version)
 	if err != nil {
 		return nil, err
 	}
-	return newAgentOn(cfg, log, host{sys: "/sys", proc: "/proc", cgroups: layout})
+	// One agent per state folder, socket, metrics port and cgroup tree: a second one must
+	// stop before it touches any cgroup.
+	c, err := claimNode(cfg, layout)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newAgentOn(cfg, log, host{sys: "/sys", proc: "/proc", cgroups: layout})
+	if err != nil {
+		c.release()
+		return nil, err
+	}
+	a.claim = c
+	return a, nil
 }
+
+// Close gives back what New claimed, for an agent that will not Run (Run gives it back when it
+// returns).
+func (a *Agent) Close() { a.claim.release() }
 
 // host is where the agent reads the machine: /sys, /proc and the cgroup mounts (a unit
 // test's folders, so the core's logic is tested without root).
@@ -319,10 +302,10 @@ func advisorConfig(cfg config.Config) advisor.Config {
 
 // Run serves the API and metrics and runs the control loops until ctx is done.
 func (a *Agent) Run(ctx context.Context) error {
-	ln, err := listenUnix(a.cfg.SocketPath)
-	if err != nil {
-		return err
+	if a.claim.api == nil {
+		return errors.New("agent: Run without the node claimed (made by New, or closed)")
 	}
+	defer a.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -346,15 +329,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			_ = srv.Shutdown(shut)
 		}()
 	}
-	serve("api", a.apiServer(), ln)
-	if addr := a.cfg.MetricsAddress; addr != "" {
-		mln, err := net.Listen("tcp", addr)
-		if err != nil {
-			cancel()
-			wg.Wait()
-			return fmt.Errorf("metrics address %s: %w", addr, err)
-		}
-		serve("metrics", a.metricsServer(), mln)
+	serve("api", a.apiServer(), a.claim.api)
+	if a.claim.metrics != nil {
+		serve("metrics", a.metricsServer(), a.claim.metrics)
 	}
 	if err := a.startSpikeWatch(); err != nil {
 		cancel()
@@ -387,32 +364,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-ctx.Done()
 	wg.Wait()
 	a.background.Wait()
+	a.handBack()
 	_ = a.gpuSource.Close()
 	a.starvationMeter.Close()
-	_ = os.Remove(a.cfg.SocketPath)
-	_ = a.stateLock.Close()
 	return serveErr
 }
 
-// listenUnix opens the API socket with root-only permissions: its folder 0700, the socket 0600.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
+// handBack leaves the node safe for the time no agent watches it, once every loop has
+// stopped: the CPU lent cut to its minimum and, under the cores mechanism, every core handed
+// back to online work, since no fast path is left to take them back on a spike. Reclaimed work
+// keeps running on what is left; memory lending stays as it is (shrinking it would hold
+// reclaimed work at its limit with no agent to evict it). A restarted agent starts from the
+// minimum anyway.
+func (a *Agent) handBack() {
+	a.mu.Lock()
+	cuts := a.advisor.Pressure(time.Now(), "the agent is stopping")
+	for _, c := range cuts {
+		a.actionLocked("throttle", "agent-stop", c.Reason)
 	}
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("another agent is already serving %s", path)
-	}
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("api socket %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
+	a.planGeneration++
+	a.mu.Unlock()
+	a.writeReclaimedLimits()
+	a.log.Info("agent stopped: reclaimed CPU at its minimum until an agent runs again", "cuts", len(cuts))
 }
 
 func (a *Agent) metricsServer() *http.Server {

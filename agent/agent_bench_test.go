@@ -81,5 +81,6 @@ func agentOnTestRoot(tb testing.TB) *Agent {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(a.Close)
 	return a
 }

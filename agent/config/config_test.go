@@ -633,6 +633,20 @@ func TestValidateBoundaries(t *testing.T) {
 	}
 }
 
+// A socket path longer than a unix address holds is refused at its key, not at bind time with
+// "invalid argument" after the agent wrote its cgroups.
+func TestSocketPathMustFitAUnixAddress(t *testing.T) {
+	c := Default()
+	c.SocketPath = "/tmp/" + strings.Repeat("x", 103) // 108 bytes
+	if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), "socketPath: ") || !strings.Contains(err.Error(), "under 108 bytes") {
+		t.Errorf("a 108-byte socket path: %v, want refused at socketPath", err)
+	}
+	c.SocketPath = c.SocketPath[:107]
+	if err := c.Validate(); err != nil {
+		t.Errorf("a 107-byte socket path: %v", err)
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	seeds := []string{
 		"", fullExample, "cpu:\n  spikeThreshold: 1.7\n", "a: b: c", "- 1", "cpu: &a {x: *a}",

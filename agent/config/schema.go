@@ -175,7 +175,7 @@ var schema = []*entry{
 	leaf("stateDir", kindString, func(c *Config) *string { return &c.StateDir },
 		`an absolute path such as "/var/lib/tidal"`, absPath),
 	leaf("socketPath", kindString, func(c *Config) *string { return &c.SocketPath },
-		`an absolute path such as "/run/tidal/tidal.sock"`, absPath),
+		`an absolute path under 108 bytes, such as "/run/tidal/tidal.sock"`, socketPath),
 	leaf("metricsAddress", kindString, func(c *Config) *string { return &c.MetricsAddress },
 		`host:port such as "127.0.0.1:9477" or ":9477", or "" to disable`, hostPort),
 	leaf("logLevel", kindString, func(c *Config) *string { return &c.LogLevel },
