@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -239,6 +240,15 @@ func workloadStatus(r state.Record) reporter.Workload {
 type Client struct {
 	Socket string
 	http   *http.Client
+	// ctx ends its requests early (Ctrl-C on a command waiting for a hung agent); nil: none.
+	ctx context.Context
+}
+
+// WithContext returns a copy of c whose requests end when ctx does.
+func (c *Client) WithContext(ctx context.Context) *Client {
+	c2 := *c
+	c2.ctx = ctx
+	return &c2
 }
 
 // ErrNoAgent means nothing answers on the socket.
@@ -264,14 +274,22 @@ func (c *Client) do(method, path string, body, out any) error {
 		}
 		rd = bytes.NewReader(data)
 	}
-	req, err := http.NewRequest(method, "http://tidal"+path, rd)
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://tidal"+path, rd)
 	if err != nil {
 		return err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
+		switch {
+		case errors.As(err, &op) && op.Op == "dial" && errors.Is(op.Err, syscall.EACCES):
+			// The socket is root's (0600): an agent may well be running.
+			return fmt.Errorf("cannot reach the tidal agent at %s: permission denied (its socket is root's: run as root)", c.Socket)
+		case errors.As(err, &op) && op.Op == "dial":
 			return fmt.Errorf("%w at %s (start one with `tidal agent`): %v", ErrNoAgent, c.Socket, op.Err)
 		}
 		return err

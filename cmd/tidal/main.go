@@ -59,7 +59,7 @@ func main() {
 		stop() // tidal run forwards signals itself
 		err = runRun(args)
 	case "status":
-		err = runStatus(args, os.Stdout)
+		err = runStatus(ctx, args, os.Stdout)
 	case "arbiter":
 		err = runArbiter(ctx, args)
 	case "demo":
@@ -140,14 +140,14 @@ func newLogger(level string, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-func runStatus(args []string, out io.Writer) error {
+func runStatus(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the status document (schema "+reporter.StatusSchemaVersion+", docs/status.md)")
 	socket := fs.String("socket", config.Default().SocketPath, "the agent's API socket")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	s, err := agent.NewClient(*socket).Status()
+	s, err := agent.NewClient(*socket).WithContext(ctx).Status()
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,12 +13,14 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/tidalqos/tidal/agent"
 	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/internal/yamlconf"
+	"github.com/tidalqos/tidal/reporter"
 )
 
 // childCommand is the hidden first stage of `tidal run`: a child that waits until the agent has
@@ -103,7 +106,7 @@ func runRun(args []string) error {
 		req.CPUBurstPercent = &b
 	}
 	client := agent.NewClient(*socket)
-	admitted, err := client.Admit(req)
+	admitted, err := admit(client, req, sigs)
 	if err != nil {
 		goW.Close() // the child sees EOF and exits without running the command
 		_ = child.Wait()
@@ -140,6 +143,41 @@ forward:
 		fmt.Fprintf(os.Stderr, "tidal run: %v\n", err)
 	}
 	return exitStatus(waitErr)
+}
+
+// admit asks the agent to manage the command. A signal that would end the command (Ctrl-C,
+// SIGTERM, SIGHUP) ends the wait for a slow or hung agent too: the command never runs, and a
+// workload admitted meanwhile is released.
+func admit(client *agent.Client, req agent.AdmitRequest, sigs <-chan os.Signal) (reporter.Workload, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		w   reporter.Workload
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		w, err := client.WithContext(ctx).Admit(req)
+		done <- result{w, err}
+	}()
+	for {
+		select {
+		case r := <-done:
+			return r.w, r.err
+		case s := <-sigs:
+			sig := s.(syscall.Signal)
+			if sig != syscall.SIGINT && sig != syscall.SIGTERM && sig != syscall.SIGHUP {
+				continue
+			}
+			cancel()
+			if r := <-done; r.err == nil {
+				release, stop := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = client.WithContext(release).Release(req.Name)
+				stop()
+			}
+			return reporter.Workload{}, exitError{128 + int(sig)}
+		}
+	}
 }
 
 // exitStatus maps the command's end to ours: its exit code, or 128+signal like a shell.

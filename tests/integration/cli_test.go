@@ -53,6 +53,69 @@ func TestRunExitStatusAndSignals(t *testing.T) {
 	}
 }
 
+// Ctrl-C ends a command waiting on a hung agent at once, not after the client's 30 s timeout:
+// `tidal status` stops, and `tidal run` stops without running its command. A user who may
+// not open the root-only socket is told so, not that no agent runs.
+func TestCommandsStopOnSignalsAndSayWhyTheyCannotConnect(t *testing.T) {
+	n := newNode(t, "")
+	n.start()
+	if err := n.agent.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n.agent.Process.Signal(syscall.SIGCONT) }()
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, args := range [][]string{
+		{"status", "--socket", n.socket},
+		{"run", "--socket", n.socket, "--tier", "shared", "--name", "late", "--", "touch", marker},
+	} {
+		cmd := exec.Command(tidalBin, args...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		start := time.Now()
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("tidal %s: exit 0 after SIGINT against a hung agent", args[0])
+			}
+			t.Logf("tidal %s ended %v after SIGINT: %v", args[0], time.Since(start).Round(time.Millisecond), err)
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("tidal %s still waits on a hung agent 5 s after SIGINT", args[0])
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("tidal run ran its command though it was interrupted before the agent admitted it")
+	}
+	_ = n.agent.Process.Signal(syscall.SIGCONT)
+
+	// The binary, linked where nobody may run it (the suite builds it in a root-only folder).
+	open, err := os.MkdirTemp("", "tidal-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(open)
+	bin := filepath.Join(open, "tidal")
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(tidalBin, bin); err != nil {
+		t.Skipf("cannot link the binary where nobody may run it: %v", err)
+	}
+	nobody := exec.Command(bin, "status", "--socket", n.socket)
+	nobody.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	got, err := nobody.CombinedOutput()
+	if err == nil || !strings.Contains(string(got), "permission denied (its socket is root's: run as root)") {
+		t.Errorf("tidal status as nobody: %v, output %q; want told the socket is root's", err, got)
+	}
+}
+
+
 // The demo, the main job a newcomer runs, works end to end on this host (shortened) and
 // leaves no process or cgroup behind.
 func TestDemoRunsAndCleansUp(t *testing.T) {
