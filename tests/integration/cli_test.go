@@ -115,7 +115,6 @@ func TestCommandsStopOnSignalsAndSayWhyTheyCannotConnect(t *testing.T) {
 	}
 }
 
-
 // The demo, the main job a newcomer runs, works end to end on this host (shortened) and
 // leaves no process or cgroup behind.
 func TestDemoRunsAndCleansUp(t *testing.T) {
