@@ -298,8 +298,15 @@ func (a *Agent) controlStatusLocked(node int, lent int64) reporter.Control {
 	limit, published, capv := a.advisor.Ceilings(node)
 	usage := limit.MilliCPU
 	formula := func(u advisor.UsageCeiling) string {
-		return fmt.Sprintf("pool %dm - (online peak %dm over %s x %.2f + %dm)", a.poolMilliLocked(node), u.PeakMilliCPU,
-			u.Window, 1+a.cfg.CPU.SafetyMarginRatio, a.cfg.CPU.SafetyMarginMilliCPU)
+		keep := fmt.Sprintf("(online peak %dm over %s x %.2f + %dm)", u.PeakMilliCPU, u.Window, 1+a.cfg.CPU.SafetyMarginRatio, a.cfg.CPU.SafetyMarginMilliCPU)
+		if u.CoresMilliCPU > 0 {
+			keep = fmt.Sprintf("(online peak %dm over %s / core utilization %.2f)", u.PeakMilliCPU, u.Window, a.cfg.CPU.CoreUtilization)
+		}
+		f := fmt.Sprintf("pool %dm - %s", a.poolMilliLocked(node), keep)
+		if u.AtMinimum {
+			f = fmt.Sprintf("the %dm minimum, more than %s", min(a.cfg.CPU.MinReclaimedMilliCPU, a.poolMilliLocked(node)), f)
+		}
+		return f
 	}
 	ctl := a.advisor.Controllers()[node]
 	mech, why := a.mechanismStatusLocked(time.Now())

@@ -422,17 +422,31 @@ func (a *Advisor) Controllers() map[int]Controller {
 
 // UsageCeiling is one of a node's usage ceilings with its inputs, for status.
 type UsageCeiling struct {
-	MilliCPU          int64         // the pool less PredictedMilliCPU
+	MilliCPU          int64         // the pool less PredictedMilliCPU (or CoresMilliCPU), at least the minimum
 	PredictedMilliCPU int64         // PeakMilliCPU with the safety margins
 	PeakMilliCPU      int64         // online usage peak over Window
 	Window            time.Duration // LimitWindow or PeakWindow
+	// CoresMilliCPU is what online work keeps under the cores mechanism when that is more
+	// than PredictedMilliCPU: PeakMilliCPU over the core utilization (0 otherwise).
+	CoresMilliCPU int64
+	// AtMinimum: the pool less what online work keeps is under the node's minimum, which
+	// is lent instead.
+	AtMinimum bool
 }
 
 // Ceilings says what bounds a node's lending, for status: the usage ceiling of its limits
 // (over LimitWindow), the one it publishes (over PeakWindow), and the interference cap.
 func (a *Advisor) Ceilings(node int) (limit, published UsageCeiling, interferenceCap int64) {
 	ceiling := func(peak int64, window time.Duration) UsageCeiling {
-		return UsageCeiling{MilliCPU: a.usageCeiling(node, peak), PredictedMilliCPU: a.predict(peak), PeakMilliCPU: peak, Window: window}
+		u := UsageCeiling{MilliCPU: a.usageCeiling(node, peak), PredictedMilliCPU: a.predict(peak), PeakMilliCPU: peak, Window: window}
+		keep := u.PredictedMilliCPU
+		if a.inCores() {
+			if c := int64(float64(peak) / a.coreUtilization); c > keep {
+				u.CoresMilliCPU, keep = c, c
+			}
+		}
+		u.AtMinimum = a.pool[node]-keep < a.minCPU(node)
+		return u
 	}
 	return ceiling(a.limitPeak(node), a.limitWindow()), ceiling(peakOf(a.cpu[node]), a.cfg.PeakWindow), a.controller(node).CapMilliCPU
 }

@@ -635,3 +635,25 @@ func TestLendsWholeCores(t *testing.T) {
 		t.Errorf("spike limit %dm in millicores, want %dm", window, int64(0.8*3900))
 	}
 }
+
+// A usage ceiling says which rule set it, so that status can show a true equation: the
+// minimum when online work keeps more than the pool, and under whole cores the peak over the
+// core utilization when that keeps more than the margins.
+func TestCeilingSaysWhatSetIt(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := New(testConfig())
+	a.Step(sample(t0, 0, 1000))
+	if u, _, _ := a.Ceilings(0); u.AtMinimum || u.CoresMilliCPU != 0 || u.MilliCPU != 4000-1300 {
+		t.Errorf("1000m online: %+v, want 2700m by the margins", u)
+	}
+	a.Step(sample(t0, 1, 4000))
+	if u, _, _ := a.Ceilings(0); !u.AtMinimum || u.MilliCPU != 100 || u.PredictedMilliCPU != 4600 {
+		t.Errorf("4000m online: %+v, want the 100m minimum over a predicted 4600m", u)
+	}
+	b := New(testConfig())
+	b.LendWholeCores(1000, 0.5)
+	b.Step(sample(t0, 0, 1000))
+	if u, _, _ := b.Ceilings(0); u.AtMinimum || u.CoresMilliCPU != 2000 || u.MilliCPU != 2000 {
+		t.Errorf("1000m online in whole cores at 0.5: %+v, want 2000m kept by the cores rule", u)
+	}
+}
