@@ -379,13 +379,17 @@ func TestBadInputIsRejectedClearly(t *testing.T) {
 		"bad memory":        {"--tier", "shared", "--memory", "lots", "--", "true"},
 		"missing command":   {"--tier", "shared", "--", "/no/such/command"},
 		"negative cpus":     {"--tier", "shared", "--cpus", "-2", "--", "true"},
+		// Names of files the kernel keeps in every cgroup folder: a request error (400),
+		// not the agent's (500).
+		"a cgroup file's name":     {"--tier", "reclaimed", "--name", "tasks", "--", "true"},
+		"a controller file's name": {"--tier", "shared", "--name", "cpu.shares", "--", "true"},
 	}
 	for name, args := range cases {
 		cmd, out := n.run(args...)
 		if err := cmd.Wait(); err == nil {
 			t.Errorf("%s: accepted: %s", name, out)
-		} else if out.Len() == 0 {
-			t.Errorf("%s: refused without a message", name)
+		} else if out.Len() == 0 || strings.Contains(out.String(), "500") {
+			t.Errorf("%s: refused without a message, or as the agent's own failure: %q", name, out)
 		}
 	}
 	if _, err := n.client.Status(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"time"
 
@@ -177,6 +178,10 @@ func (s *Source) Admit(req AdmitRequest, peerPID int) (state.Record, error) {
 		return state.Record{}, refuse(409, "a workload named %q already runs; pick another --name", req.Name)
 	case errors.As(err, &cannot):
 		return state.Record{}, refuse(409, "%v", err)
+	case errors.Is(err, syscall.ENOTDIR):
+		// Its cgroup's path is a file: one the kernel keeps in every cgroup folder (tasks,
+		// cpu.shares, cgroup.procs).
+		return state.Record{}, refuse(400, "name %q: the cgroup file system keeps a file of that name in every cgroup; pick another --name", req.Name)
 	case err != nil:
 		return state.Record{}, err
 	}
