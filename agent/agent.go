@@ -106,7 +106,10 @@ type Agent struct {
 	ioDisks   []ioDisk
 	ioAdvisor *ioadvisor.Advisor
 	ioWeight  bool
-	ioLent    []plugins.IOLimit
+	// ioClear: IO is not managed (off, or no disk) but the IO controller is there, so any
+	// throttle an earlier run or config left on tidal's cgroups is cleared.
+	ioClear bool
+	ioLent  []plugins.IOLimit
 	ioView    reporter.IO
 
 	// planGeneration grows whenever the fast path shrinks the plan, so a full pass that

@@ -81,6 +81,7 @@ func ioWeightWorks(layout *cgroupfs.Layout, disks []ioDisk) bool {
 // setupIO starts IO isolation: every disk at its floor until figures say more can be lent.
 func (a *Agent) setupIO() error {
 	if !a.cfg.IO.Enabled {
+		a.ioClear = ioController(a.layout)
 		return nil
 	}
 	disks, err := resolveIODisks(a.cfg.IO, a.sysDir)
@@ -89,6 +90,7 @@ func (a *Agent) setupIO() error {
 	}
 	if len(disks) == 0 {
 		a.log.Info("IO isolation on, but there is no disk to manage")
+		a.ioClear = ioController(a.layout)
 		return nil
 	}
 	if !ioController(a.layout) {

@@ -333,7 +333,7 @@ func (a *Agent) gpus() *pgpu.Tracker { return a.store.Allocator().GPUs() }
 // nodeLocked is what the decision function needs to know of the node under plan.
 func (a *Agent) nodeLocked(plan advisor.Plan) plugins.Node {
 	return plugins.Node{CPUs: a.topo.AllCPUs(), Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
-		ReclaimedCPU: a.mechanism(), GPUMinors: a.gpus().Minors(), LentIO: a.ioLent, IOWeightWorks: a.ioWeight,
+		ReclaimedCPU: a.mechanism(), GPUMinors: a.gpus().Minors(), LentIO: a.ioLent, IOClear: a.ioClear, IOWeightWorks: a.ioWeight,
 		IOFlat: a.layout.Version == cgroupfs.V1, ReclaimedWorkloads: a.reclaimedWorkloads()}
 }
 

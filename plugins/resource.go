@@ -31,6 +31,9 @@ type Node struct {
 	// LentIO is the disk IO lent to reclaimed work, one entry per disk tidal manages; nil
 	// when IO isolation is off.
 	LentIO []IOLimit
+	// IOClear: IO isolation is off, so no throttle tidal's cgroups carry (one an earlier run
+	// or configuration wrote) may stay.
+	IOClear bool
 	// IOWeightWorks: a managed disk's scheduler honours cgroup IO weights (bfq, or io.cost on
 	// v2), so a low weight for reclaimed work means something.
 	IOWeightWorks bool

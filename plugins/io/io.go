@@ -31,6 +31,11 @@ func (Resource) Name() string { return "io" }
 // scheduler honours them: elsewhere the file may not exist or means nothing.
 func (Resource) Fill(t *plugins.Tree, n plugins.Node) {
 	if n.LentIO == nil {
+		if n.IOClear {
+			for _, tier := range qos.AllTiers() {
+				t.Tier(tier).IOLimits = []plugins.IOLimit{} // none: clears every device's
+			}
+		}
 		return
 	}
 	for _, tier := range qos.AllTiers() {
@@ -55,7 +60,13 @@ func (Resource) Fill(t *plugins.Tree, n plugins.Node) {
 // the tier holds only IO issued from the tier's own cgroup, not its children's). What is lent
 // is split evenly over the reclaimed workloads, so together they stay within it.
 func (Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision) {
-	if n.LentIO == nil || w.Tier != qos.Reclaimed || !(w.Owner.Foreign() || n.IOFlat) {
+	if w.Tier != qos.Reclaimed || !(w.Owner.Foreign() || n.IOFlat) {
+		return
+	}
+	if n.LentIO == nil {
+		if n.IOClear {
+			d.Settings.IOLimits = []plugins.IOLimit{}
+		}
 		return
 	}
 	d.Settings.IOLimits = Share(n.LentIO, n.ReclaimedWorkloads)

@@ -51,6 +51,30 @@ func TestNothingLentLeavesFilesAlone(t *testing.T) {
 	}
 }
 
+// With IO isolation off on a node whose IO controller is there, a throttle an earlier run
+// wrote is cleared: the tiers and the reclaimed workloads that carry throttles of their own get
+// none (an empty list clears every device's), and no weight is touched.
+func TestOffClearsWhatAnEarlierRunLeft(t *testing.T) {
+	tree := plugins.NewTree("tidal", nil, nil)
+	n := plugins.Node{IOClear: true, IOFlat: true}
+	io.Resource{}.Fill(tree, n)
+	for _, tier := range qos.AllTiers() {
+		if s := tree.Tier(tier); s.IOLimits == nil || len(s.IOLimits) != 0 || s.IOWeight != 0 {
+			t.Errorf("%s: limits %#v weight %d; want an empty list (clear) and no weight", tier, s.IOLimits, s.IOWeight)
+		}
+	}
+	var d plugins.Decision
+	io.Resource{}.Decide(plugins.Workload{Tier: qos.Reclaimed}, n, &d)
+	if d.Settings.IOLimits == nil || len(d.Settings.IOLimits) != 0 {
+		t.Errorf("reclaimed workload on v1: limits %#v, want cleared", d.Settings.IOLimits)
+	}
+	d = plugins.Decision{}
+	io.Resource{}.Decide(plugins.Workload{Tier: qos.Shared}, n, &d)
+	if d.Settings.IOLimits != nil {
+		t.Errorf("shared workload: limits %#v, want left alone", d.Settings.IOLimits)
+	}
+}
+
 func TestDecide(t *testing.T) {
 	n := plugins.Node{LentIO: lent(), IOWeightWorks: true}
 	cases := []struct {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/reporter"
+	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/tests/testutil"
 )
 
@@ -415,4 +416,46 @@ func TestLendingGrowsWithSlack(t *testing.T) {
 	if hi := float64(max(last, end)); rate > 1.25*hi+float64(4<<20) {
 		t.Errorf("the writer did %.1f MiB/s, above the %.1f MiB/s lent", rate/(1<<20), hi/(1<<20))
 	}
+}
+
+// Turning IO isolation off clears the throttles an earlier run wrote: an operator who drops
+// io.devices must not find offline IO still held to 64 IO/s by a limit status no longer shows.
+func TestOffClearsThrottlesAnEarlierRunLeft(t *testing.T) {
+	dev, _ := loopDevice(t)
+	a := testutil.NewAgent(t, tidalBin, fmt.Sprintf("io:\n  nodeDisks: false\n  devices:\n    - device: %s\n      writeBps: %d\n", dev, capacityWriteBps), "", false)
+	throttles := func() string {
+		rel := a.Root + "/reclaimed"
+		if a.Layout.Version == cgroupfs.V2 {
+			data, err := os.ReadFile(filepath.Join(a.Layout.Dir("io", rel), "io.max"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.TrimSpace(string(data))
+		}
+		var all []string
+		for _, f := range []string{"blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device", "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"} {
+			data, err := os.ReadFile(filepath.Join(a.Layout.Dir("blkio", rel), f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, strings.Fields(string(data))...)
+		}
+		return strings.Join(all, " ")
+	}
+	a.Start()
+	testutil.Eventually(t, 15*time.Second, "the reclaimed tier throttled on the loop device", func() error {
+		if throttles() == "" {
+			return fmt.Errorf("no throttle yet (lent %d B/s)", lentWrite(a.Status(), dev))
+		}
+		return nil
+	})
+	a.Kill9()
+	testutil.AppendFile(t, a.Config, "  enabled: false\n") // under io:, the config's last key
+	a.Start()
+	testutil.Eventually(t, 10*time.Second, "the earlier run's throttles cleared", func() error {
+		if th := throttles(); th != "" {
+			return fmt.Errorf("reclaimed tier still throttled: %s", th)
+		}
+		return nil
+	})
 }
