@@ -110,7 +110,7 @@ type Agent struct {
 	// throttle an earlier run or config left on tidal's cgroups is cleared.
 	ioClear bool
 	ioLent  []plugins.IOLimit
-	ioView    reporter.IO
+	ioView  reporter.IO
 
 	// planGeneration grows whenever the fast path shrinks the plan, so a full pass that
 	// started before knows to write the reclaimed limits again.
