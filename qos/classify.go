@@ -140,8 +140,11 @@ type Problem struct {
 	Key    string // annotation, label or resource name
 	Value  string // the value found ("" for requests)
 	Source string // SourceAnnotation, SourceLabel or SourceRequest
-	Reason string // what is wrong, what is allowed and what tidal did instead
-	Kind   error  // ErrMalformed, ErrNotAllowed or ErrIgnored
+	Reason string // what is wrong and what is allowed
+	// Fallback is what tidal did instead ("ignored", "using the tier's"): a source that
+	// refuses the workload rather than fall back (tidal run) leaves it out.
+	Fallback string
+	Kind     error // ErrMalformed, ErrNotAllowed or ErrIgnored
 }
 
 // maxValueInMessage keeps messages short: annotation values can be up to
@@ -149,8 +152,12 @@ type Problem struct {
 const maxValueInMessage = 64
 
 func (p *Problem) Error() string {
+	reason := p.Reason
+	if p.Fallback != "" {
+		reason += "; " + p.Fallback
+	}
 	if p.Source == SourceRequest {
-		return fmt.Sprintf("%s %q: %s", p.Source, p.Key, p.Reason)
+		return fmt.Sprintf("%s %q: %s", p.Source, p.Key, reason)
 	}
 	v := p.Value
 	if len(v) > maxValueInMessage {
@@ -158,9 +165,9 @@ func (p *Problem) Error() string {
 		for cut > 0 && !utf8.RuneStart(v[cut]) {
 			cut--
 		}
-		return fmt.Sprintf("%s %q=%q (first %d of %d bytes): %s", p.Source, p.Key, v[:cut], cut, len(v), p.Reason)
+		return fmt.Sprintf("%s %q=%q (first %d of %d bytes): %s", p.Source, p.Key, v[:cut], cut, len(v), reason)
 	}
-	return fmt.Sprintf("%s %q=%q: %s", p.Source, p.Key, v, p.Reason)
+	return fmt.Sprintf("%s %q=%q: %s", p.Source, p.Key, v, reason)
 }
 
 // Unwrap returns p.Kind, so errors.Is(err, ErrMalformed) works.
@@ -192,8 +199,8 @@ func Classify(m Metadata, p Policy) Decision {
 	if !p.Allows(m.Namespace, d.Tier) {
 		d.Problems = append(d.Problems, &Problem{
 			Key: c.key, Value: c.value, Source: c.kind, Kind: ErrNotAllowed,
-			Reason: fmt.Sprintf("namespace %q may not claim tier %s (allowed namespaces: %s); downgraded to %s",
-				m.Namespace, d.Tier, quotedList(p.allowedNamespaces(d.Tier)), Shared),
+			Reason:   fmt.Sprintf("namespace %q may not claim tier %s (allowed namespaces: %s)", m.Namespace, d.Tier, quotedList(p.allowedNamespaces(d.Tier))),
+			Fallback: fmt.Sprintf("downgraded to %s", Shared),
 		})
 		d.Tier = Shared
 	}
@@ -261,13 +268,12 @@ func declaredTier(m Metadata, problems *[]error) claim {
 				reason += fmt.Sprintf("; did you mean %q?", fixed)
 			}
 		}
-		if found.kind == "" {
-			reason += "; ignored, the next rule decides the tier"
-		} else {
-			reason += fmt.Sprintf("; ignored, %s %q decides the tier", found.kind, found.key)
+		fallback := "ignored, the next rule decides the tier"
+		if found.kind != "" {
+			fallback = fmt.Sprintf("ignored, %s %q decides the tier", found.kind, found.key)
 		}
 		*problems = append(*problems, &Problem{
-			Key: r.key, Value: v, Source: r.kind, Kind: ErrMalformed, Reason: reason,
+			Key: r.key, Value: v, Source: r.kind, Kind: ErrMalformed, Reason: reason, Fallback: fallback,
 		})
 	}
 
@@ -277,8 +283,9 @@ func declaredTier(m Metadata, problems *[]error) claim {
 			// capacity, but it will run as online work.
 			*problems = append(*problems, &Problem{
 				Key: reclaimed, Source: SourceRequest, Kind: ErrIgnored,
-				Reason: fmt.Sprintf("reclaimed resources requested, but %s %q=%q declares tier %s, which wins; the workload runs as %s",
-					found.kind, found.key, found.value, found.tier, found.tier),
+				Reason: fmt.Sprintf("reclaimed resources requested, but %s %q=%q declares tier %s, which wins",
+					found.kind, found.key, found.value, found.tier),
+				Fallback: fmt.Sprintf("the workload runs as %s", found.tier),
 			})
 		}
 		return found
@@ -357,14 +364,14 @@ func numaBinding(annotations map[string]string, tier Tier, problems *[]error) bo
 	default:
 		*problems = append(*problems, &Problem{
 			Key: AnnotationNUMABinding, Value: v, Source: SourceAnnotation, Kind: ErrMalformed,
-			Reason: `not a boolean (allowed, exactly: "true", "false"); using "false"`,
+			Reason: `not a boolean (allowed, exactly: "true", "false")`, Fallback: `using "false"`,
 		})
 		return false
 	}
 	if want && tier != Dedicated {
 		*problems = append(*problems, &Problem{
 			Key: AnnotationNUMABinding, Value: v, Source: SourceAnnotation, Kind: ErrIgnored,
-			Reason: fmt.Sprintf("NUMA binding applies only to tier %s, this workload is %s; ignored", Dedicated, tier),
+			Reason: fmt.Sprintf("NUMA binding applies only to tier %s, this workload is %s", Dedicated, tier), Fallback: "ignored",
 		})
 		return false
 	}
@@ -382,8 +389,8 @@ func reclaimPriority(annotations map[string]string, priority int32, problems *[]
 	if err != nil {
 		*problems = append(*problems, &Problem{
 			Key: AnnotationReclaimPriority, Value: v, Source: SourceAnnotation, Kind: ErrMalformed,
-			Reason: fmt.Sprintf("not a decimal integer in int32 range (%d to %d); using the pod priority %d",
-				math.MinInt32, math.MaxInt32, priority),
+			Reason:   fmt.Sprintf("not a decimal integer in int32 range (%d to %d)", math.MinInt32, math.MaxInt32),
+			Fallback: fmt.Sprintf("using the pod priority %d", priority),
 		})
 		return priority
 	}
@@ -401,7 +408,8 @@ func cpuBurstPercent(annotations map[string]string, tier Tier, problems *[]error
 	if err != nil || n < 0 || n > 100 {
 		*problems = append(*problems, &Problem{
 			Key: AnnotationCPUBurstPercent, Value: v, Source: SourceAnnotation, Kind: ErrMalformed,
-			Reason: "not a decimal integer in 0..100 (a percentage of the CPU limit; the kernel takes no burst above it); using the tier's",
+			Reason:   "not a decimal integer in 0..100 (a percentage of the CPU limit; the kernel takes no burst above it)",
+			Fallback: "using the tier's",
 		})
 		return 0
 	}
@@ -409,7 +417,7 @@ func cpuBurstPercent(annotations map[string]string, tier Tier, problems *[]error
 		if n > 0 {
 			*problems = append(*problems, &Problem{
 				Key: AnnotationCPUBurstPercent, Value: v, Source: SourceAnnotation, Kind: ErrIgnored,
-				Reason: fmt.Sprintf("tier %s never bursts (it would run above the CPU lent to it); ignored", Reclaimed),
+				Reason: fmt.Sprintf("tier %s never bursts (it would run above the CPU lent to it)", Reclaimed), Fallback: "ignored",
 			})
 		}
 		return 0
@@ -429,14 +437,14 @@ func misplacedKeys(m Metadata, problems *[]error) {
 		if v, ok := m.Labels[key]; ok {
 			*problems = append(*problems, &Problem{
 				Key: key, Value: v, Source: SourceLabel, Kind: ErrIgnored,
-				Reason: "this key is read only as an annotation; ignored",
+				Reason: "this key is read only as an annotation", Fallback: "ignored",
 			})
 		}
 	}
 	if v, ok := m.Annotations[LabelKoordinatorQoSClass]; ok {
 		*problems = append(*problems, &Problem{
 			Key: LabelKoordinatorQoSClass, Value: v, Source: SourceAnnotation, Kind: ErrIgnored,
-			Reason: "this key is read only as a label; ignored",
+			Reason: "this key is read only as a label", Fallback: "ignored",
 		})
 	}
 }

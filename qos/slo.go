@@ -33,26 +33,27 @@ func sloOf(annotations map[string]string, tier Tier, problems *[]error) SLO {
 	if !hasProbe && !hasLatency {
 		return SLO{}
 	}
-	bad := func(key, value string, kind error, reason string) SLO {
-		*problems = append(*problems, &Problem{Key: key, Value: value, Source: SourceAnnotation, Kind: kind, Reason: reason})
+	const none = "no SLO probe"
+	bad := func(key, value string, kind error, reason, fallback string) SLO {
+		*problems = append(*problems, &Problem{Key: key, Value: value, Source: SourceAnnotation, Kind: kind, Reason: reason, Fallback: fallback})
 		return SLO{}
 	}
 	switch {
 	case !hasProbe:
-		return bad(AnnotationSLOLatency, latency, ErrIgnored, fmt.Sprintf("needs %s too (the URL to probe); no SLO probe", AnnotationSLOProbe))
+		return bad(AnnotationSLOLatency, latency, ErrIgnored, fmt.Sprintf("needs %s too (the URL to probe)", AnnotationSLOProbe), none)
 	case !hasLatency:
-		return bad(AnnotationSLOProbe, probe, ErrIgnored, fmt.Sprintf("needs %s too (the latency target, such as \"20ms\"); no SLO probe", AnnotationSLOLatency))
+		return bad(AnnotationSLOProbe, probe, ErrIgnored, fmt.Sprintf("needs %s too (the latency target, such as \"20ms\")", AnnotationSLOLatency), none)
 	}
 	u, err := url.Parse(probe)
 	if err != nil || u.Scheme != "http" || u.Host == "" {
-		return bad(AnnotationSLOProbe, probe, ErrMalformed, `not an http:// URL with a host (such as "http://127.0.0.1:8080/healthz"); no SLO probe`)
+		return bad(AnnotationSLOProbe, probe, ErrMalformed, `not an http:// URL with a host (such as "http://127.0.0.1:8080/healthz")`, none)
 	}
 	d, err := time.ParseDuration(latency)
 	if err != nil || d <= 0 || d > maxSLOLatency {
-		return bad(AnnotationSLOLatency, latency, ErrMalformed, fmt.Sprintf(`not a duration in (0, %s] (such as "20ms"); no SLO probe`, maxSLOLatency))
+		return bad(AnnotationSLOLatency, latency, ErrMalformed, fmt.Sprintf(`not a duration in (0, %s] (such as "20ms")`, maxSLOLatency), none)
 	}
 	if tier != Shared && tier != Dedicated {
-		return bad(AnnotationSLOProbe, probe, ErrIgnored, fmt.Sprintf("an SLO probe protects online work (tiers %s, %s), this workload is %s; ignored", Shared, Dedicated, tier))
+		return bad(AnnotationSLOProbe, probe, ErrIgnored, fmt.Sprintf("an SLO probe protects online work (tiers %s, %s), this workload is %s", Shared, Dedicated, tier), "ignored")
 	}
 	return SLO{Probe: probe, Latency: d}
 }

@@ -256,7 +256,7 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	}
 	d := qos.Classify(qos.Metadata{Name: req.Name, Annotations: ann}, qos.Policy{})
 	if len(d.Problems) > 0 {
-		return state.Spec{}, refuse(400, "%v", errors.Join(d.Problems...))
+		return state.Spec{}, refuse(400, "%s", flagProblems(d.Problems))
 	}
 	spec := state.Spec{Source: Name, GPUs: req.GPUs, Workload: plugins.Workload{
 		Name: req.Name, Tier: d.Tier, Cgroup: plugins.WorkloadPath(s.opts.Root, d.Tier, req.Name), Owner: plugins.OwnerTidal,
@@ -270,6 +270,27 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 		spec.MilliCPU = int64(req.CPUs) * 1000
 	}
 	return spec, nil
+}
+
+// flags are tidal run's flags for the annotations spec turns them into.
+var flags = strings.NewReplacer(qos.AnnotationQoSLevel, "--tier", qos.AnnotationNUMABinding, "--numa-binding",
+	qos.AnnotationReclaimPriority, "--reclaim-priority", qos.AnnotationSLOProbe, "--slo-probe",
+	qos.AnnotationSLOLatency, "--slo-latency", qos.AnnotationCPUBurstPercent, "--cpu-burst-percent")
+
+// flagProblems says what is wrong with a request in tidal run's terms: its flags, not the
+// annotations they stand for, and without the fallback a pod would get, since the request
+// is refused instead.
+func flagProblems(problems []error) string {
+	var out []string
+	for _, err := range problems {
+		var p *qos.Problem
+		if !errors.As(err, &p) {
+			out = append(out, err.Error())
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s: %s", flags.Replace(p.Key), p.Value, flags.Replace(p.Reason)))
+	}
+	return strings.Join(out, "\n")
 }
 
 // Release forgets a workload whose processes have exited. One that still has processes is

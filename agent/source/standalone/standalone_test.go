@@ -1,8 +1,10 @@
 package standalone
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -15,5 +17,33 @@ func TestParentOf(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(dir, "42", "stat"), []byte("42 (a b) c) S 7 42 42 0"), 0o644)
 	if got := parentOf(dir, 42); got != 7 {
 		t.Errorf("comm with spaces and parens: parent = %d, want 7", got)
+	}
+}
+
+// A request tidal run could not have meant is refused in tidal run's terms: its flags, not the
+// annotations they become, and without the fallback a pod would get (the request is refused).
+func TestRefusalsNameTheFlags(t *testing.T) {
+	s := &Source{opts: Options{Root: "tidal", CPUs: 2}}
+	burst, probe := int32(200), "http://127.0.0.1:8080/"
+	for _, c := range []struct {
+		req  AdmitRequest
+		want string
+	}{
+		{AdmitRequest{Tier: "shared", CPUs: 1, CPUBurstPercent: &burst}, "--cpu-burst-percent 200: not a decimal integer in 0..100"},
+		{AdmitRequest{Tier: "reclaimed", SLOProbe: probe, SLOLatency: "10ms"}, "--slo-probe " + probe + ": an SLO probe protects online work"},
+		{AdmitRequest{Tier: "shared", SLOLatency: "10"}, "--slo-latency 10: needs --slo-probe too"},
+	} {
+		c.req.Name, c.req.PID = "job", 1
+		_, err := s.spec(c.req, 0)
+		var re *RequestError
+		if !errors.As(err, &re) || re.Status != 400 || !strings.HasPrefix(re.Msg, c.want) {
+			t.Errorf("%+v: %v, want a 400 starting %q", c.req, err, c.want)
+			continue
+		}
+		for _, fallback := range []string{"ignored", "using", "no SLO probe", "tidalqos.io"} {
+			if strings.Contains(re.Msg, fallback) {
+				t.Errorf("%+v: %q says %q, which a refused request does not do", c.req, re.Msg, fallback)
+			}
+		}
 	}
 }
