@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -151,13 +150,13 @@ func (a *Agent) StatusSummary() reporter.Status { return a.status(false) }
 // handleStatus serves the status; ?workloads=false leaves the workloads out.
 func (a *Agent) handleStatus(w http.ResponseWriter, r *http.Request) {
 	withWorkloads := true
-	if v := r.URL.Query().Get("workloads"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter workloads=%q: want true or false", v))
-			return
-		}
-		withWorkloads = b
+	switch v := r.URL.Query().Get("workloads"); v {
+	case "", "true":
+	case "false":
+		withWorkloads = false
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter workloads=%q: want true or false", v))
+		return
 	}
 	writeJSON(w, http.StatusOK, a.status(withWorkloads))
 }
@@ -187,6 +186,9 @@ func (a *Agent) status(withWorkloads bool) reporter.Status {
 // need: the node the decisions see and a copy of the reclaimed workloads' CPU satisfaction.
 func (a *Agent) nodeStatus(snap state.Snapshot, forWorkloads bool) (s reporter.Status, node plugins.Node, satisfaction map[string]float64) {
 	gpus := a.gpuStatus()
+	if gpus == nil {
+		gpus = []reporter.GPU{} // an empty list, as docs/status.md says, not null
+	}
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -16,7 +16,7 @@ import (
 
 // GET /v1/status of a real agent (own cgroup root, loops not running) managing two workloads:
 // the full status lists them, ?workloads=false leaves them out and keeps the node's figures,
-// and a query value that is not a boolean is refused with a message naming it.
+// and a query value other than true or false is refused with a message naming it.
 func TestStatusWithoutWorkloads(t *testing.T) {
 	a := agentOnTestRoot(t)
 	for _, w := range []struct{ name, tier string }{{"web", "shared"}, {"batch", "reclaimed"}} {
@@ -57,9 +57,16 @@ func TestStatusWithoutWorkloads(t *testing.T) {
 		}
 	}
 
-	code, body := get("?workloads=some")
-	var e struct{ Error string }
-	if code != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, `workloads="some"`) {
-		t.Fatalf("GET /v1/status?workloads=some: %d %s, want 400 naming the parameter", code, body)
+	// Exactly true or false, as docs/status.md says (strconv's 1, t or TRUE are not).
+	for _, v := range []string{"some", "1", "TRUE", "f"} {
+		code, body := get("?workloads=" + v)
+		var e struct{ Error string }
+		if code != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, `workloads="`+v+`"`) {
+			t.Errorf("GET /v1/status?workloads=%s: %d %s, want 400 naming the parameter", v, code, body)
+		}
+	}
+	// Lists are lists, empty or not: no GPUs here is "gpus": [], not null.
+	if _, body := get(""); !strings.Contains(string(body), `"gpus":[]`) && !strings.Contains(string(body), `"gpus":[{`) {
+		t.Errorf("GET /v1/status: gpus is neither a list of GPUs nor an empty one: %s", body)
 	}
 }

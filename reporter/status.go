@@ -48,9 +48,10 @@ type Status struct {
 type Lease struct {
 	Arbiter    string    `json:"arbiter"`
 	Generation uint64    `json:"generation"`
-	Received   time.Time `json:"received"`
-	// Expires is on the agent's clock; after it the node lends nothing.
-	Expires   time.Time `json:"expires"`
+	Received   time.Time `json:"received,omitzero"`
+	// Expires is on the agent's clock; after it the node lends nothing. Both are absent
+	// before the first lease.
+	Expires   time.Time `json:"expires,omitzero"`
 	Active    bool      `json:"active"`
 	Grants    []Grant   `json:"grants"`
 	LastError string    `json:"lastError,omitempty"`
