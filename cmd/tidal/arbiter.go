@@ -19,11 +19,8 @@ func runArbiter(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("arbiter", flag.ContinueOnError)
 	configPath := fs.String("config", "", "YAML config file (see docs/arbiter.md); defaults apply without one")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (kubernetes mode); overrides kubernetes.kubeconfig")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg := arbiter.DefaultConfig()
 	if *configPath != "" {

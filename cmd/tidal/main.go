@@ -39,6 +39,9 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// usageError is a command called wrongly: said, and the exit status is 2, as for a bad flag.
+type usageError struct{ error }
+
 func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
@@ -78,6 +81,22 @@ func main() {
 	exitOn(err, cmd)
 }
 
+// parseFlags parses a command's flags and takes no other arguments (but where rest allows
+// them). A bad flag ends the command with status 2: the flag package has already said what
+// is wrong, with the usage, so it is not said again.
+func parseFlags(fs *flag.FlagSet, args []string, rest bool) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return exitError{2}
+	}
+	if !rest && fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments %q (tidal %s takes flags only)", fs.Args(), fs.Name())}
+	}
+	return nil
+}
+
 // exitOn ends the process with the status err stands for.
 func exitOn(err error, cmd string) {
 	var ee exitError
@@ -86,6 +105,9 @@ func exitOn(err error, cmd string) {
 		os.Exit(ee.code)
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(os.Stderr, "tidal %s: %v\n", cmd, err)
+		os.Exit(2)
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "tidal %s: %v\n", cmd, err)
 		os.Exit(1)
@@ -110,7 +132,7 @@ func runAgent(ctx context.Context, args []string) error {
 	configPath := fs.String("config", "", "YAML config file (see docs/config.md); defaults apply without one")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name, over the config's nodeName (default $NODE_NAME, as a DaemonSet sets it)")
 	kubeconfig := fs.String("kubeconfig", "", "kubernetes mode: a kubeconfig file, over the config's kubernetes.kubeconfig")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	cfg := config.Default()
@@ -144,7 +166,7 @@ func runStatus(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the status document (schema "+reporter.StatusSchemaVersion+", docs/status.md)")
 	socket := fs.String("socket", config.Default().SocketPath, "the agent's API socket")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	s, err := agent.NewClient(*socket).WithContext(ctx).Status()

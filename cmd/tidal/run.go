@@ -31,7 +31,7 @@ const childCommand = "__run-child"
 func runRun(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	tier := fs.String("tier", "", "system, dedicated, shared or reclaimed (required)")
-	name := fs.String("name", "", "workload name (default: the command's name and a random suffix)")
+	name := fs.String("name", "", "workload name (default: the command's name and tidal run's process ID)")
 	priority := fs.Int("reclaim-priority", 0, "order among reclaimed work: lower is evicted first")
 	cpus := fs.Int("cpus", 0, "dedicated: whole CPUs of its own; shared/reclaimed: a CPU cap")
 	numa := fs.Bool("numa-binding", false, "dedicated: all CPUs and memory on one NUMA node")
@@ -46,13 +46,15 @@ func runRun(args []string) error {
 		fmt.Fprintln(fs.Output(), "Usage: tidal run --tier TIER [flags] -- CMD [ARGS...]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, true); err != nil {
 		return err
 	}
 	cmdArgs := fs.Args()
-	if *tier == "" || len(cmdArgs) == 0 {
-		fs.Usage()
-		return exitError{2}
+	switch {
+	case *tier == "":
+		return usageError{errors.New("--tier is required: one of system, dedicated, shared, reclaimed (usage: tidal run --tier TIER [flags] -- CMD [ARGS...])")}
+	case len(cmdArgs) == 0:
+		return usageError{errors.New("no command to run (usage: tidal run --tier TIER [flags] -- CMD [ARGS...])")}
 	}
 	var memBytes int64
 	if *memory != "" {

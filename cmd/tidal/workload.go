@@ -24,7 +24,7 @@ func runWorkload(ctx context.Context, args []string) error {
 	case "server":
 		addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 		work := fs.Duration("work", 1500*time.Microsecond, "CPU work per request")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args, false); err != nil {
 			return err
 		}
 		return workload.RunServer(ctx, workload.ServerConfig{Addr: *addr, WorkPerRequest: *work, Report: *report}, nil, os.Stdout)
@@ -33,7 +33,7 @@ func runWorkload(ctx context.Context, args []string) error {
 		phases := fs.String("phases", "low:20s@150,spike:20s@600,low:20s@150", "name:duration@rps[-endrps],...")
 		conns := fs.Int("connections", 0, "persistent connections (0: from the peak rate)")
 		gzip := fs.Bool("gzip", false, "ask for gzip-compressed responses (Accept-Encoding: gzip)")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args, false); err != nil {
 			return err
 		}
 		ph, err := workload.ParsePhases(*phases)
@@ -44,14 +44,14 @@ func runWorkload(ctx context.Context, args []string) error {
 		return err
 	case "burner":
 		threads := fs.Int("threads", 2, "spinning threads")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args, false); err != nil {
 			return err
 		}
 		return workload.RunBurner(ctx, workload.BurnerConfig{Threads: *threads, Report: *report}, os.Stdout)
 	case "antagonist":
 		threads := fs.Int("threads", 1, "threads")
 		size := fs.String("size", "64Mi", "buffer size")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args, false); err != nil {
 			return err
 		}
 		n, err := yamlconf.ParseSize(*size)
@@ -62,7 +62,7 @@ func runWorkload(ctx context.Context, args []string) error {
 	case "memhog":
 		target := fs.String("target", "1Gi", "memory to allocate and hold")
 		rate := fs.String("rate", "256Mi", "allocation rate per second")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args, false); err != nil {
 			return err
 		}
 		t, err := yamlconf.ParseSize(*target)

@@ -51,6 +51,23 @@ func TestRunExitStatusAndSignals(t *testing.T) {
 	if err == nil || !strings.Contains(string(got), "no tidal agent is running") {
 		t.Errorf("without an agent: %v %q", err, got)
 	}
+
+	// Called wrongly: exit 2 with what is missing, once (not the flag package's words twice).
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--", "true"}, "--tier is required"},
+		{[]string{"run", "--tier", "shared"}, "no command to run"},
+		{[]string{"status", "extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"agent", "--bogus"}, "flag provided but not defined: -bogus"},
+	} {
+		got, err := exec.Command(tidalBin, c.args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || strings.Count(string(got), c.want) != 1 {
+			t.Errorf("tidal %q: %v, output %q; want exit 2 saying %q once", c.args, err, got, c.want)
+		}
+	}
 }
 
 // Ctrl-C ends a command waiting on a hung agent at once, not after the client's 30 s timeout:
