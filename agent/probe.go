@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/interference"
 )
 
 // indicatorProbe names the SLO probe's indicator.
-const indicatorProbe = "probe latency"
+const indicatorProbe = reporter.IndicatorProbe
 
 // maxUntallied bounds the answers kept between two tallies (the interference loop tallies
 // every pass, one answer or so later).

@@ -122,6 +122,9 @@ type Control struct {
 }
 
 // Indicator is one interference figure of one online workload.
+// IndicatorProbe names an SLO probe's indicator, whose figures are seconds.
+const IndicatorProbe = "probe latency"
+
 type Indicator struct {
 	Workload string  `json:"workload"`
 	Tier     string  `json:"tier"`
@@ -272,22 +275,23 @@ func writeControl(w io.Writer, p Pool) {
 	}
 	fmt.Fprintf(w, "  interference cap %dm (%s%s)\n", c.InterferenceCapMilliCPU, dash(c.State), held)
 	for _, i := range c.Indicators {
+		figure := func(v float64) string { return indicatorFigure(i.Name, v) }
 		target := "not used"
 		if i.Target > 0 {
-			target = fmt.Sprintf("target %.3f", i.Target)
+			target = "target " + figure(i.Target)
 		}
 		switch {
 		case i.Baseline > 0 && i.BaselineBorrowed:
-			target += fmt.Sprintf(" (own baseline %.3f, at another load)", i.Baseline)
+			target += fmt.Sprintf(" (own baseline %s, at another load)", figure(i.Baseline))
 		case i.Baseline > i.Target && i.Target > 0:
-			target += fmt.Sprintf(" (own baseline %.3f: over the target with nothing lent)", i.Baseline)
+			target += fmt.Sprintf(" (own baseline %s: over the target with nothing lent)", figure(i.Baseline))
 		case i.BaselineOverTarget > 0:
-			target += fmt.Sprintf(" (own baseline %.3f; with nothing lent %.0f%% of %d answers over the target)",
-				i.Baseline, 100*i.BaselineOverTarget, i.BaselineAnswers)
+			target += fmt.Sprintf(" (own baseline %s; with nothing lent %.0f%% of %d answers over the target)",
+				figure(i.Baseline), 100*i.BaselineOverTarget, i.BaselineAnswers)
 		case i.Baseline > 0:
-			target += fmt.Sprintf(" (own baseline %.3f)", i.Baseline)
+			target += fmt.Sprintf(" (own baseline %s)", figure(i.Baseline))
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s %.3f\t%s\t(ran %dm)\n", i.Workload, i.Tier, i.Name, i.Value, target, i.RunMilliCPU)
+		fmt.Fprintf(w, "  %s\t%s\t%s %s\t%s\t(ran %dm)\n", i.Workload, i.Tier, i.Name, figure(i.Value), target, i.RunMilliCPU)
 	}
 	if c.LastCut != "" {
 		fmt.Fprintf(w, "  last cut %s: %s\n", c.LastCutAt.Format("15:04:05.000"), c.LastCut)
@@ -314,12 +318,23 @@ func dash(s string) string {
 	return s
 }
 
+// indicatorFigure shows an indicator's figure: an SLO probe's latency (seconds in the JSON)
+// as a duration, the others (ratios) as they are.
+func indicatorFigure(name string, v float64) string {
+	if name == IndicatorProbe {
+		return time.Duration(v * float64(time.Second)).Round(10 * time.Microsecond).String()
+	}
+	return fmt.Sprintf("%.3f", v)
+}
+
 func human(b int64) string {
 	switch {
 	case b >= 1<<30:
 		return fmt.Sprintf("%.1fGi", float64(b)/(1<<30))
 	case b >= 1<<20:
 		return fmt.Sprintf("%.0fMi", float64(b)/(1<<20))
+	case b == 0:
+		return "0"
 	default:
 		return fmt.Sprintf("%dKi", b>>10)
 	}

@@ -43,7 +43,7 @@ func TestWriteTextIO(t *testing.T) {
 	}
 }
 
-// Each indicator shows its baseline beside its target, and says when the workload's own figure
+// Each indicator shows its baseline beside its target (a probe's in time units), and says when the workload's own figure
 // with nothing lent is over the target (an SLO lending less cannot meet) or a probe's target
 // sits inside its own tail (missed that often whatever is lent).
 func TestWriteTextIndicatorBaselines(t *testing.T) {
@@ -61,10 +61,10 @@ func TestWriteTextIndicatorBaselines(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"target 0.450 (own baseline 0.300) ",
-		"target 0.005 (own baseline 0.002) ",
-		"target 0.010 (own baseline 0.030: over the target with nothing lent)",
-		"target 0.010 (own baseline 0.030, at another load)",
-		"target 0.005 (own baseline 0.003; with nothing lent 18% of 50 answers over the target)",
+		"probe latency 4ms ", "target 5ms (own baseline 2ms) ",
+		"probe latency 31ms ", "target 10ms (own baseline 30ms: over the target with nothing lent)",
+		"target 10ms (own baseline 30ms, at another load)",
+		"target 5ms (own baseline 3ms; with nothing lent 18% of 50 answers over the target)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status text lacks %q:\n%s", want, out)
