@@ -379,7 +379,7 @@ func TestErrors(t *testing.T) {
 		{"wrong case key", "LogLevel: info\n",
 			"tidal.yaml:1: LogLevel: unknown key (did you mean logLevel?): want one of " + topKeys},
 		{"flattened key", "cpu.growStepMilliCPU: 5\n",
-			"tidal.yaml:1: cpu.growStepMilliCPU: unknown key: want one of " + topKeys},
+			"tidal.yaml:1: cpu.growStepMilliCPU: unknown key (a dotted key is not a path: write cpu: on its own line and growStepMilliCPU: indented below it): want one of " + topKeys},
 		{"merge key", "base: &b {mode: standalone}\n<<: *b\n",
 			"tidal.yaml:1: base: unknown key: want one of " + topKeys + "\n" +
 				"tidal.yaml:2: <<: unknown key (YAML merge keys are not supported): want one of " + topKeys},

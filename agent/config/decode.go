@@ -53,6 +53,8 @@ func (d *decoder) mapping(n *yaml.Node, prefix string, entries []*entry, c *Conf
 			hint := ""
 			if name == "<<" {
 				hint = " (YAML merge keys are not supported)"
+			} else if section, rest, ok := strings.Cut(name, "."); ok && nested(section, entries) {
+				hint = fmt.Sprintf(" (a dotted key is not a path: write %s: on its own line and %s: indented below it)", section, rest)
 			} else if s := suggest(name, entries); s != "" {
 				hint = fmt.Sprintf(" (did you mean %s?)", s)
 			}

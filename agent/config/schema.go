@@ -518,6 +518,16 @@ func keyList(entries []*entry) string {
 }
 
 // suggest returns the known key closest to an unknown one, or "".
+// nested says whether key is a section among entries: "cpu" of "cpu.spikeThreshold".
+func nested(key string, entries []*entry) bool {
+	for _, e := range entries {
+		if e.key == key && e.kind == kindSection {
+			return true
+		}
+	}
+	return false
+}
+
 func suggest(unknown string, entries []*entry) string {
 	if unknown == "" || len(unknown) > 64 {
 		return ""
