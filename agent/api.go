@@ -253,6 +253,16 @@ func (c *Client) WithContext(ctx context.Context) *Client {
 	return &c2
 }
 
+// RefusedError is the agent's answer to a request it refused: the HTTP status and why.
+type RefusedError struct {
+	Status int
+	Msg    string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("agent refused (%d %s): %s", e.Status, http.StatusText(e.Status), e.Msg)
+}
+
 // ErrNoAgent means nothing answers on the socket.
 var ErrNoAgent = errors.New("no tidal agent is running")
 
@@ -302,7 +312,7 @@ func (c *Client) do(method, path string, body, out any) error {
 			Error string `json:"error"`
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&e)
-		return fmt.Errorf("agent refused (%s): %s", resp.Status, e.Error)
+		return &RefusedError{Status: resp.StatusCode, Msg: e.Error}
 	}
 	if out != nil {
 		return json.NewDecoder(resp.Body).Decode(out)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -141,7 +142,13 @@ forward:
 			break forward
 		}
 	}
-	if err := client.Release(*name); err != nil && !errors.Is(err, agent.ErrNoAgent) {
+	var refused *agent.RefusedError
+	switch err := client.Release(*name); {
+	case err == nil, errors.Is(err, agent.ErrNoAgent):
+	case errors.As(err, &refused) && refused.Status == http.StatusConflict:
+		// The command left processes behind (a daemon it forked): they stay managed.
+		fmt.Fprintf(os.Stderr, "tidal run: %s\n", refused.Msg)
+	default:
 		fmt.Fprintf(os.Stderr, "tidal run: %v\n", err)
 	}
 	return exitStatus(waitErr)
