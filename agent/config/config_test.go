@@ -615,7 +615,7 @@ func TestValidateBoundaries(t *testing.T) {
 		},
 		"loops.psiStallThreshold": func(c *Config) { c.Loops.PSIStallThreshold = 0 },
 		"mode":                    func(c *Config) { c.Mode = "" },
-		"nodeName":                func(c *Config) { c.NodeName = " " },
+		"nodeName":                func(c *Config) { c.NodeName = "bad/name" },
 		"cgroup.root":             func(c *Config) { c.Cgroup.Root = "a/../.." },
 		"cgroup.mountPoint":       func(c *Config) { c.Cgroup.MountPoint = "sys/fs/cgroup" },
 		"cgroup.version":          func(c *Config) { c.Cgroup.Version = "2" },

@@ -163,7 +163,7 @@ var schema = []*entry{
 	leaf("mode", kindString, func(c *Config) *string { return &c.Mode },
 		"one of standalone, kubernetes", oneOf(ModeStandalone, ModeKubernetes)),
 	leaf("nodeName", kindString, func(c *Config) *string { return &c.NodeName },
-		"a non-empty node name", func(s string) bool { return strings.TrimSpace(s) != "" }),
+		"a node name: 1-253 letters, digits, '-', '.' or '_' (a Kubernetes node's name, or the host's)", validNodeName),
 	section("cgroup",
 		leaf("root", kindString, func(c *Config) *string { return &c.Cgroup.Root },
 			`a relative path without "..", such as "tidal"`, relPath),
@@ -518,6 +518,20 @@ func keyList(entries []*entry) string {
 }
 
 // suggest returns the known key closest to an unknown one, or "".
+// validNodeName accepts a host's or a Kubernetes node's name: it becomes part of the arbiter's
+// URLs and the Node object's name, so nothing that would split a path or a line.
+func validNodeName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // nested says whether key is a section among entries: "cpu" of "cpu.spikeThreshold".
 func nested(key string, entries []*entry) bool {
 	for _, e := range entries {

@@ -148,6 +148,9 @@ func runAgent(ctx context.Context, args []string) error {
 	if *kubeconfig != "" {
 		cfg.Kubernetes.Kubeconfig = *kubeconfig
 	}
+	if err := cfg.Validate(); err != nil { // the flags' values too
+		return err
+	}
 	log := newLogger(cfg.LogLevel, os.Stderr)
 	a, err := agent.New(cfg, log)
 	if err != nil {
