@@ -136,3 +136,26 @@ func TestRealUnifiedHierarchy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Clearing IO throttles (an empty list: IO isolation off) where the kernel has no throttle
+// files (no io.max: blk-throttle not built, or io not enabled for the cgroup) has nothing to
+// clear and is no failure; where io.max is there, every device's throttle goes.
+func TestClearingIOWithoutThrottleFiles(t *testing.T) {
+	mount := fakeV2(t, "tidal", "tidal/reclaimed")
+	w := newWriter(t, cgroupfs.NewV2(mount))
+	clear := []plugins.Cgroup{{Path: "tidal/reclaimed", Settings: plugins.Settings{IOLimits: []plugins.IOLimit{}}}}
+	if err := w.Apply(clear); err != nil {
+		t.Fatalf("clearing IO without io.max: %v", err)
+	}
+	file := filepath.Join(mount, "tidal/reclaimed/io.max")
+	if err := os.WriteFile(file, []byte("254:0 rbps=1000 wbps=max riops=max wiops=max\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.Forget()
+	if err := w.Apply(clear); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(file); strings.TrimSpace(string(got)) != "254:0 rbps=max wbps=max riops=max wiops=max" {
+		t.Errorf("io.max after clearing: %q, want the device's throttle lifted", got)
+	}
+}

@@ -275,6 +275,9 @@ func (w *Writer) applyLocked(desired []plugins.Cgroup, preemptible bool) error {
 				continue
 			}
 			cur, err := w.current(nodes[i].Path, k)
+			if err != nil && k == knobIOMax && v == "" && errors.Is(err, os.ErrNotExist) {
+				continue // no throttle files (no blk-throttle, or io not enabled here): nothing to clear
+			}
 			if err != nil {
 				skip(i, err)
 				continue

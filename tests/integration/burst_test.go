@@ -40,8 +40,8 @@ func TestCPUBurstFiles(t *testing.T) {
 		cmd, out := n.run(append(args, "--", "true")...)
 		if err := cmd.Wait(); err == nil {
 			t.Errorf("tidal run %v was admitted", args)
-		} else if s := out.String(); !strings.Contains(s, "tidalqos.io/cpu-burst-percent") {
-			t.Errorf("tidal run %v: the refusal does not name the key:\n%s", args, s)
+		} else if s := out.String(); !strings.Contains(s, "--cpu-burst-percent") {
+			t.Errorf("tidal run %v: the refusal does not name the flag:\n%s", args, s)
 		}
 	}
 }

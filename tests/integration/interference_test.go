@@ -72,7 +72,7 @@ func TestSLOProbeCutsLending(t *testing.T) {
 	n := feedbackNode(t, "  shared:\n    runQueueWait: 0\n    runQueueWaitOverBaseline: 0\n")
 	n.start()
 	cmd, out := n.run("--tier", "shared", "--name", "bad", "--slo-probe", "http://127.0.0.1:1/", "--slo-latency", "soon", "--", "true")
-	if err := cmd.Wait(); err == nil || !strings.Contains(out.String(), "tidalqos.io/slo-latency") {
+	if err := cmd.Wait(); err == nil || !strings.Contains(out.String(), "--slo-latency soon") {
 		t.Errorf("a malformed SLO target: err %v, output %q", err, out)
 	}
 	lendingGrows(n)
