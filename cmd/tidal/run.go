@@ -109,10 +109,17 @@ func runRun(args []string) error {
 		req.CPUBurstPercent = &b
 	}
 	client := agent.NewClient(*socket)
-	admitted, err := admit(client, req, sigs)
+	admitted, held, err := admit(client, req, sigs)
 	if err != nil {
 		goW.Close() // the child sees EOF and exits without running the command
 		_ = child.Wait()
+		var interrupted interruptedError
+		if errors.As(err, &interrupted) && interrupted.admitted {
+			// Admitted meanwhile: its cgroup is empty now that the child is gone.
+			release, stop := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = client.WithContext(release).Release(req.Name)
+			stop()
+		}
 		return err
 	}
 	// The go-ahead carries the environment the agent wants the command to have (the GPUs it
@@ -122,24 +129,29 @@ func runRun(args []string) error {
 	}
 	goW.Close()
 
+	forward := func(sig syscall.Signal) {
+		switch {
+		case interactive && (sig == syscall.SIGINT || sig == syscall.SIGQUIT):
+			// The terminal sent it to the command already.
+		case interactive:
+			_ = syscall.Kill(child.Process.Pid, sig)
+		default:
+			_ = syscall.Kill(-child.Process.Pid, sig)
+		}
+	}
+	for _, sig := range held { // came while the agent was admitting it
+		forward(sig)
+	}
 	done := make(chan error, 1)
 	go func() { done <- child.Wait() }()
 	var waitErr error
-forward:
+wait:
 	for {
 		select {
 		case s := <-sigs:
-			sig := s.(syscall.Signal)
-			switch {
-			case interactive && (sig == syscall.SIGINT || sig == syscall.SIGQUIT):
-				// The terminal sent it to the command already.
-			case interactive:
-				_ = syscall.Kill(child.Process.Pid, sig)
-			default:
-				_ = syscall.Kill(-child.Process.Pid, sig)
-			}
+			forward(s.(syscall.Signal))
 		case waitErr = <-done:
-			break forward
+			break wait
 		}
 	}
 	var refused *agent.RefusedError
@@ -154,10 +166,23 @@ forward:
 	return exitStatus(waitErr)
 }
 
+// interruptedError: a signal that ends the command came while the agent was admitting it.
+type interruptedError struct {
+	sig      syscall.Signal
+	admitted bool // the agent admitted it all the same: the caller releases it
+}
+
+func (e interruptedError) Error() string {
+	return fmt.Sprintf("interrupted by %v before the command ran", e.sig)
+}
+func (e interruptedError) exitCode() int { return 128 + int(e.sig) }
+func (e interruptedError) Unwrap() error { return exitError{e.exitCode()} }
+
 // admit asks the agent to manage the command. A signal that would end the command (Ctrl-C,
-// SIGTERM, SIGHUP) ends the wait for a slow or hung agent too: the command never runs, and a
-// workload admitted meanwhile is released.
-func admit(client *agent.Client, req agent.AdmitRequest, sigs <-chan os.Signal) (reporter.Workload, error) {
+// SIGTERM, SIGHUP) ends the wait for a slow or hung agent too: then the command never runs
+// (interruptedError). Other signals that come meanwhile are held, for the caller to forward
+// once the command runs.
+func admit(client *agent.Client, req agent.AdmitRequest, sigs <-chan os.Signal) (reporter.Workload, []syscall.Signal, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type result struct {
@@ -169,22 +194,20 @@ func admit(client *agent.Client, req agent.AdmitRequest, sigs <-chan os.Signal) 
 		w, err := client.WithContext(ctx).Admit(req)
 		done <- result{w, err}
 	}()
+	var held []syscall.Signal
 	for {
 		select {
 		case r := <-done:
-			return r.w, r.err
+			return r.w, held, r.err
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
 			if sig != syscall.SIGINT && sig != syscall.SIGTERM && sig != syscall.SIGHUP {
+				held = append(held, sig)
 				continue
 			}
 			cancel()
-			if r := <-done; r.err == nil {
-				release, stop := context.WithTimeout(context.Background(), 2*time.Second)
-				_ = client.WithContext(release).Release(req.Name)
-				stop()
-			}
-			return reporter.Workload{}, exitError{128 + int(sig)}
+			r := <-done
+			return reporter.Workload{}, nil, interruptedError{sig: sig, admitted: r.err == nil}
 		}
 	}
 }

@@ -81,35 +81,52 @@ func TestCommandsStopOnSignalsAndSayWhyTheyCannotConnect(t *testing.T) {
 	}
 	defer func() { _ = n.agent.Process.Signal(syscall.SIGCONT) }()
 	marker := filepath.Join(t.TempDir(), "ran")
-	for _, args := range [][]string{
-		{"status", "--socket", n.socket},
-		{"run", "--socket", n.socket, "--tier", "shared", "--name", "late", "--", "touch", marker},
+	for _, c := range []struct {
+		args []string
+		exit int
+	}{
+		{[]string{"status", "--socket", n.socket}, 1},
+		// 130: 128 + SIGINT, as a shell reports a command Ctrl-C ended.
+		{[]string{"run", "--socket", n.socket, "--tier", "shared", "--name", "late", "--", "touch", marker}, 130},
 	} {
-		cmd := exec.Command(tidalBin, args...)
+		cmd := exec.Command(tidalBin, c.args...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // past its signal handling's start: it waits on the agent
 		start := time.Now()
 		_ = cmd.Process.Signal(syscall.SIGINT)
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
 		case err := <-done:
-			if err == nil {
-				t.Errorf("tidal %s: exit 0 after SIGINT against a hung agent", args[0])
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != c.exit {
+				t.Errorf("tidal %s after SIGINT against a hung agent: %v, want exit %d", c.args[0], err, c.exit)
 			}
-			t.Logf("tidal %s ended %v after SIGINT: %v", args[0], time.Since(start).Round(time.Millisecond), err)
+			t.Logf("tidal %s ended %v after SIGINT: %v", c.args[0], time.Since(start).Round(time.Millisecond), err)
 		case <-time.After(5 * time.Second):
 			_ = cmd.Process.Kill()
 			<-done
-			t.Errorf("tidal %s still waits on a hung agent 5 s after SIGINT", args[0])
+			t.Errorf("tidal %s still waits on a hung agent 5 s after SIGINT", c.args[0])
 		}
 	}
+	// The agent, running again, answers the request it had queued: the interrupted command
+	// must not run, nor stay registered.
+	_ = n.agent.Process.Signal(syscall.SIGCONT)
+	n.eventually(10*time.Second, "the agent answers again, with no workload late", func() error {
+		if _, ok := n.workload("late"); ok {
+			return errors.New("late is registered")
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("tidal run ran its command though it was interrupted before the agent admitted it")
 	}
-	_ = n.agent.Process.Signal(syscall.SIGCONT)
+	if _, ok := n.workload("late"); ok {
+		t.Error("the interrupted workload stayed registered")
+	}
 
 	// The binary, linked where nobody may run it (the suite builds it in a root-only folder).
 	open, err := os.MkdirTemp("", "tidal-nobody-")
