@@ -60,6 +60,7 @@ type Agent struct {
 	// claim is what the agent holds on the node while it runs (claim.go): its state folder,
 	// socket, metrics port and cgroup tree. Its listeners are what Run serves.
 	claim     claim
+	closeOnce sync.Once
 	store     *state.Store
 	gpuSource sysgpu.Source
 	lease     *leasing // nil without an arbiter
@@ -170,9 +171,15 @@ func New(cfg config.Config, log *slog.Logger) (*Agent, error) {
 	return a, nil
 }
 
-// Close gives back what New claimed, for an agent that will not Run (Run gives it back when it
-// returns).
-func (a *Agent) Close() { a.claim.release() }
+// Close gives back what New claimed and opened, for an agent that will not Run (Run closes it
+// when it returns). Closing again does nothing.
+func (a *Agent) Close() {
+	a.closeOnce.Do(func() {
+		a.claim.release()
+		_ = a.gpuSource.Close()
+		a.starvationMeter.Close()
+	})
+}
 
 // host is where the agent reads the machine: /sys, /proc and the cgroup mounts (a unit
 // test's folders, so the core's logic is tested without root).
@@ -368,8 +375,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	a.background.Wait()
 	a.handBack()
-	_ = a.gpuSource.Close()
-	a.starvationMeter.Close()
 	return serveErr
 }
 

@@ -299,7 +299,12 @@ func TestReclaimedAtItsOwnMemoryLimitIsKilled(t *testing.T) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		<-done
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // tidal run's group
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("tidal run still not ended 10 s after SIGKILL")
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,6 +207,9 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	if !validName.MatchString(req.Name) {
 		return state.Spec{}, refuse(400, "name %q: want 1-63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", req.Name)
 	}
+	if cgroupFileName(req.Name) {
+		return state.Spec{}, refuse(400, "name %q: the cgroup file system keeps a file of that name in every cgroup; pick another --name", req.Name)
+	}
 	if req.PID <= 0 {
 		return state.Spec{}, refuse(400, "pid %d: want the process to manage", req.PID)
 	}
@@ -270,6 +274,23 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 		spec.MilliCPU = int64(req.CPUs) * 1000
 	}
 	return spec, nil
+}
+
+// controllers prefix the files a controller keeps in every cgroup folder (cpu.shares, io.max).
+var controllers = []string{"cgroup", "cpu", "cpuacct", "cpuset", "memory", "blkio", "io", "pids", "hugetlb",
+	"net_cls", "net_prio", "devices", "freezer", "perf_event", "rdma", "misc", "dmem"}
+
+// cgroupFileName says whether name is, or looks like, a file the kernel keeps in every cgroup
+// folder (v1's tasks, a controller's cpu.shares, v2's cgroup.procs): no workload's cgroup can
+// be made there, and on v1 it would fail in some hierarchies after others had made it.
+// Those files never hold a '-', which tidal run's default names always do.
+func cgroupFileName(name string) bool {
+	switch name {
+	case "tasks", "notify_on_release", "release_agent":
+		return true
+	}
+	prefix, _, dotted := strings.Cut(name, ".")
+	return dotted && !strings.Contains(name, "-") && slices.Contains(controllers, prefix)
 }
 
 // flags are tidal run's flags for the annotations spec turns them into.

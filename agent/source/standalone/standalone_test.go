@@ -47,3 +47,16 @@ func TestRefusalsNameTheFlags(t *testing.T) {
 		}
 	}
 }
+
+// Names of the files every cgroup folder holds are refused before anything is made; names
+// that only look alike (a dash, as tidal run's default names have) are not.
+func TestCgroupFileNames(t *testing.T) {
+	for name, want := range map[string]bool{
+		"tasks": true, "cpu.shares": true, "cgroup.procs": true, "memory.kmem.limit_in_bytes": true, "hugetlb.2MB.usage_in_bytes": true,
+		"cpu.sh-1234": false, "web": false, "web.v2": false, "cpuburner": false, "io-heavy.job": false,
+	} {
+		if got := cgroupFileName(name); got != want {
+			t.Errorf("cgroupFileName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
