@@ -34,7 +34,7 @@ func runRun(args []string) error {
 	tier := fs.String("tier", "", "system, dedicated, shared or reclaimed (required)")
 	name := fs.String("name", "", "workload name (default: the command's name and tidal run's process ID)")
 	priority := fs.Int("reclaim-priority", 0, "order among reclaimed work: lower is evicted first")
-	cpus := fs.Int("cpus", 0, "dedicated: whole CPUs of its own; shared/reclaimed: a CPU cap")
+	cpus := fs.Int("cpus", 0, "dedicated: whole CPUs of its own; shared/reclaimed: a cap of N whole CPUs")
 	numa := fs.Bool("numa-binding", false, "dedicated: all CPUs and memory on one NUMA node")
 	memory := fs.String("memory", "", "memory limit, e.g. 512Mi or 2Gi")
 	queue := fs.String("queue", "", "reclaimed: the tenant queue it runs for (it runs while the node's lease grants that queue)")
