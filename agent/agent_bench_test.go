@@ -77,6 +77,8 @@ func agentOnTestRoot(tb testing.TB) *Agent {
 	cfg.Cgroup.Root = isolationtest.RootName(tb, layout)
 	dir := tb.TempDir()
 	cfg.StateDir, cfg.SocketPath = filepath.Join(dir, "state"), filepath.Join(dir, "sock")
+	// No metrics port: New claims it, and a fuzzing run makes an agent in every worker.
+	cfg.MetricsAddress = ""
 	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)
