@@ -263,7 +263,9 @@ func TestV2StandaloneTiers(t *testing.T) {
 // do, and lending falls to its minimum at once. The utilization spike path is kept out of the
 // way (a fast window of minutes) so that what shrinks lending here is PSI.
 func TestV2FastPathPSI(t *testing.T) {
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\nloops:\n  slowInterval: 4s\n  metricsStaleAfter: 30s\n  fastWindow: 10m\n  psiStallThreshold: 100ms\n  psiWindow: 1s\ninterference:\n  shared:\n    runQueueWait: 0\n")
+	// The run-queue wait feedback off, baselines included: a baseline measurement for the new
+	// online workload would cut lending to its minimum first, leaving PSI nothing to cut.
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 2s\nloops:\n  slowInterval: 4s\n  metricsStaleAfter: 30s\n  fastWindow: 10m\n  psiStallThreshold: 100ms\n  psiWindow: 1s\ninterference:\n  shared:\n    runQueueWait: 0\n    runQueueWaitOverBaseline: 0\n")
 	n.start()
 	n.run("--tier", "reclaimed", "--name", "batch", "--", tidalBin(t), "workload", "burner", "--threads", "2")
 	n.waitWorkload("batch")
