@@ -182,7 +182,7 @@ func (s *Source) Admit(req AdmitRequest, peerPID int) (state.Record, error) {
 	case errors.Is(err, syscall.ENOTDIR):
 		// Its cgroup's path is a file: one the kernel keeps in every cgroup folder (tasks,
 		// cpu.shares, cgroup.procs).
-		return state.Record{}, refuse(400, "name %q: the cgroup file system keeps a file of that name in every cgroup; pick another --name", req.Name)
+		return state.Record{}, cgroupFileRefusal(req.Name)
 	case err != nil:
 		return state.Record{}, err
 	}
@@ -208,7 +208,7 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 		return state.Spec{}, refuse(400, "name %q: want 1-63 lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", req.Name)
 	}
 	if cgroupFileName(req.Name) {
-		return state.Spec{}, refuse(400, "name %q: the cgroup file system keeps a file of that name in every cgroup; pick another --name", req.Name)
+		return state.Spec{}, cgroupFileRefusal(req.Name)
 	}
 	if req.PID <= 0 {
 		return state.Spec{}, refuse(400, "pid %d: want the process to manage", req.PID)
@@ -291,6 +291,10 @@ func cgroupFileName(name string) bool {
 	}
 	prefix, _, dotted := strings.Cut(name, ".")
 	return dotted && !strings.Contains(name, "-") && slices.Contains(controllers, prefix)
+}
+
+func cgroupFileRefusal(name string) error {
+	return refuse(400, "name %q: the cgroup file system keeps a file of that name in every cgroup; pick another --name", name)
 }
 
 // flags are tidal run's flags for the annotations spec turns them into.
