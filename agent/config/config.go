@@ -573,3 +573,39 @@ func parseYAML(name string, data []byte) (*yaml.Node, error) {
 	}
 	return root, nil
 }
+
+// PlaceInFile gives a problem that names a key but no file (one found only at start, such as
+// reserved CPUs that are not online) the file and line where the config file at path sets that
+// key, so the operator is pointed at the line to change as with any other problem. err is a
+// *Error or errors joined by Validate; a problem whose key the file does not set, and any other
+// error, comes back as it was.
+func PlaceInFile(err error, path string) error {
+	data, rerr := os.ReadFile(path)
+	if rerr != nil {
+		return err
+	}
+	root, perr := parseYAML(path, data)
+	if perr != nil || root == nil {
+		return err
+	}
+	d := &decoder{file: path, lines: map[string]int{}, failed: map[string]bool{}}
+	scratch := Default()
+	d.mapping(root, "", schema, &scratch)
+	return placed(err, path, d.lines)
+}
+
+func placed(err error, path string, lines map[string]int) error {
+	switch e := err.(type) {
+	case *Error:
+		if line := lines[e.Key]; e.File == "" && e.Key != "" && line != 0 {
+			return &Error{File: path, Line: line, Key: e.Key, Msg: e.Msg}
+		}
+	case interface{ Unwrap() []error }:
+		var all []error
+		for _, inner := range e.Unwrap() {
+			all = append(all, placed(inner, path, lines))
+		}
+		return errors.Join(all...)
+	}
+	return err
+}

@@ -745,3 +745,29 @@ func TestDeployedConfigMapParses(t *testing.T) {
 		t.Fatal("no ConfigMap tidal-agent-config in deploy/agent-config.yaml")
 	}
 }
+
+// A problem found only at start names the key; PlaceInFile points it at the line that set the
+// key, and leaves alone what the file does not set and errors that are not a config's.
+func TestPlaceInFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tidal.yaml")
+	if err := os.WriteFile(path, []byte("mode: standalone\ncpu:\n  reservedSystemCPUs: 0-4095\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	found := &Error{Key: "cpu.reservedSystemCPUs", Msg: "0-4095: not all of them are online CPUs"}
+	notInFile := &Error{Key: "memory.safetyMarginBytes", Msg: "too big for this host"}
+	want := path + ":3: cpu.reservedSystemCPUs: 0-4095: not all of them are online CPUs"
+	if err := PlaceInFile(found, path); err.Error() != want {
+		t.Errorf("placed error = %q, want %q", err, want)
+	}
+	err := PlaceInFile(errors.Join(found, notInFile), path)
+	if got := strings.Split(err.Error(), "\n"); len(got) != 2 || got[0] != want || got[1] != notInFile.Error() {
+		t.Errorf("placed errors = %q, want %q and %q as it was", got, want, notInFile)
+	}
+	other := errors.New("no such device")
+	if got := PlaceInFile(other, path); got != other {
+		t.Errorf("an error without a key came back as %v", got)
+	}
+	if got := PlaceInFile(found, filepath.Join(t.TempDir(), "gone.yaml")); got != found {
+		t.Errorf("with the file gone the error came back as %v", got)
+	}
+}

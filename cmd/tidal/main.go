@@ -154,6 +154,9 @@ func runAgent(ctx context.Context, args []string) error {
 	log := newLogger(cfg.LogLevel, os.Stderr)
 	a, err := agent.New(cfg, log)
 	if err != nil {
+		if *configPath != "" { // point a problem only the host shows at its line
+			err = config.PlaceInFile(err, *configPath)
+		}
 		return err
 	}
 	return a.Run(ctx)

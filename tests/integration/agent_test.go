@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -372,6 +373,17 @@ func TestBadInputIsRejectedClearly(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("config error %q lacks %q", out, want)
 		}
+	}
+
+	// A problem only the host shows (reserved CPUs it does not have) is found at start, and
+	// still points at the line that set it.
+	n = newNode(t, "cpu:\n  reservedSystemCPUs: 0-4095\n")
+	out, err = exec.Command(tidalBin, "agent", "--config", n.config).CombinedOutput()
+	if err == nil {
+		t.Fatal("agent started reserving CPUs 0-4095")
+	}
+	if !regexp.MustCompile(`tidal\.yaml:\d+: cpu\.reservedSystemCPUs: 0-4095: not all of them are online CPUs`).Match(out) {
+		t.Errorf("start error %q does not point at the key's line", out)
 	}
 
 	n = newNode(t, "")
