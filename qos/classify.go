@@ -206,7 +206,7 @@ func Classify(m Metadata, p Policy) Decision {
 	}
 
 	d.NUMABinding = numaBinding(m.Annotations, d.Tier, &d.Problems)
-	d.ReclaimPriority = reclaimPriority(m.Annotations, m.Priority, &d.Problems)
+	d.ReclaimPriority = reclaimPriority(m.Annotations, m.Priority, d.Tier, &d.Problems)
 	d.SLO = sloOf(m.Annotations, d.Tier, &d.Problems)
 	d.CPUBurstPercent = cpuBurstPercent(m.Annotations, d.Tier, &d.Problems)
 	misplacedKeys(m, &d.Problems)
@@ -379,8 +379,9 @@ func numaBinding(annotations map[string]string, tier Tier, problems *[]error) bo
 }
 
 // reclaimPriority reads tidalqos.io/reclaim-priority, falling back to the
-// pod's priority when it is absent or malformed.
-func reclaimPriority(annotations map[string]string, priority int32, problems *[]error) int32 {
+// pod's priority when it is absent or malformed. It orders only reclaimed work, so on another
+// tier it is reported as having no effect.
+func reclaimPriority(annotations map[string]string, priority int32, tier Tier, problems *[]error) int32 {
 	v, ok := annotations[AnnotationReclaimPriority]
 	if !ok {
 		return priority
@@ -391,6 +392,14 @@ func reclaimPriority(annotations map[string]string, priority int32, problems *[]
 			Key: AnnotationReclaimPriority, Value: v, Source: SourceAnnotation, Kind: ErrMalformed,
 			Reason:   fmt.Sprintf("not a decimal integer in int32 range (%d to %d)", math.MinInt32, math.MaxInt32),
 			Fallback: fmt.Sprintf("using the pod priority %d", priority),
+		})
+		return priority
+	}
+	if tier != Reclaimed {
+		*problems = append(*problems, &Problem{
+			Key: AnnotationReclaimPriority, Value: v, Source: SourceAnnotation, Kind: ErrIgnored,
+			Reason:   fmt.Sprintf("it orders only tier %s for eviction, this workload is %s", Reclaimed, tier),
+			Fallback: "ignored",
 		})
 		return priority
 	}

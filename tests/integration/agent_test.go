@@ -396,6 +396,9 @@ func TestBadInputIsRejectedClearly(t *testing.T) {
 		"bad memory":        {"--tier", "shared", "--memory", "lots", "--", "true"},
 		"missing command":   {"--tier", "shared", "--", "/no/such/command"},
 		"negative cpus":     {"--tier", "shared", "--cpus", "-2", "--", "true"},
+		// Flags that would do nothing.
+		"burst without cpus":      {"--tier", "shared", "--cpu-burst-percent", "50", "--", "true"},
+		"priority of online work": {"--tier", "shared", "--reclaim-priority", "3", "--", "true"},
 		// Names of files the kernel keeps in every cgroup folder: a request error (400),
 		// not the agent's (500).
 		"a cgroup file's name":     {"--tier", "reclaimed", "--name", "tasks", "--", "true"},

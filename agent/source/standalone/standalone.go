@@ -241,6 +241,10 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	if req.GPUs > 0 && tier != qos.Dedicated && tier != qos.Reclaimed {
 		return state.Spec{}, refuse(400, "--gpus applies to dedicated (own GPUs) and reclaimed (lent GPUs) work, not %s", tier)
 	}
+	if req.CPUBurstPercent != nil && tier != qos.Reclaimed && (tier == qos.Dedicated || req.CPUs == 0) {
+		return state.Spec{}, refuse(400, "--cpu-burst-percent %d: a burst is a share of the CPU cap --cpus sets on shared and system work; %s",
+			*req.CPUBurstPercent, map[bool]string{true: "dedicated work has whole cores of its own and no cap", false: "give --cpus N with it"}[tier == qos.Dedicated])
+	}
 	// tidal run's flags become the annotations every other source uses, so one function decides.
 	ann := map[string]string{qos.AnnotationQoSLevel: req.Tier}
 	if req.NUMABinding {

@@ -24,7 +24,7 @@ func TestParentOf(t *testing.T) {
 // annotations they become, and without the fallback a pod would get (the request is refused).
 func TestRefusalsNameTheFlags(t *testing.T) {
 	s := &Source{opts: Options{Root: "tidal", CPUs: 2}}
-	burst, probe := int32(200), "http://127.0.0.1:8080/"
+	burst, fifty, priority, probe := int32(200), int32(50), int32(3), "http://127.0.0.1:8080/"
 	for _, c := range []struct {
 		req  AdmitRequest
 		want string
@@ -32,6 +32,10 @@ func TestRefusalsNameTheFlags(t *testing.T) {
 		{AdmitRequest{Tier: "shared", CPUs: 1, CPUBurstPercent: &burst}, "--cpu-burst-percent 200: not a decimal integer in 0..100"},
 		{AdmitRequest{Tier: "reclaimed", SLOProbe: probe, SLOLatency: "10ms"}, "--slo-probe " + probe + ": an SLO probe protects online work"},
 		{AdmitRequest{Tier: "shared", SLOLatency: "10"}, "--slo-latency 10: needs --slo-probe too"},
+		// Flags that would do nothing are refused, not taken silently.
+		{AdmitRequest{Tier: "shared", CPUBurstPercent: &fifty}, "--cpu-burst-percent 50: a burst is a share of the CPU cap --cpus sets"},
+		{AdmitRequest{Tier: "dedicated", CPUs: 1, CPUBurstPercent: &fifty}, "--cpu-burst-percent 50: a burst is a share of the CPU cap --cpus sets on shared and system work; dedicated work"},
+		{AdmitRequest{Tier: "shared", ReclaimPriority: &priority}, "--reclaim-priority 3: it orders only tier reclaimed for eviction, this workload is shared"},
 	} {
 		c.req.Name, c.req.PID = "job", 1
 		_, err := s.spec(c.req, 0)
@@ -44,6 +48,16 @@ func TestRefusalsNameTheFlags(t *testing.T) {
 			if strings.Contains(re.Msg, fallback) {
 				t.Errorf("%+v: %q says %q, which a refused request does not do", c.req, re.Msg, fallback)
 			}
+		}
+	}
+	for _, ok := range []AdmitRequest{
+		{Tier: "shared", CPUs: 1, CPUBurstPercent: &fifty},
+		{Tier: "system", CPUs: 1, CPUBurstPercent: &fifty},
+		{Tier: "reclaimed", ReclaimPriority: &priority},
+	} {
+		ok.Name, ok.PID = "job", 1
+		if _, err := s.spec(ok, 0); err != nil {
+			t.Errorf("%+v: refused: %v", ok, err)
 		}
 	}
 }
