@@ -124,6 +124,10 @@ func (n nodeState) Snapshot() state.Snapshot             { return n.a.store.Snap
 func (n nodeState) Get(name string) (state.Record, bool) { return n.a.store.Get(name) }
 func (n nodeState) Save() error                          { return n.a.store.Save() }
 
+func (n nodeState) Processes(name string, pids []int) {
+	n.a.store.Observe(name, time.Now(), state.Usage{PIDs: pids, Gone: len(pids) == 0})
+}
+
 // Add registers a workload and writes its cgroup with its settings before returning, so its
 // first process joins a confined cgroup; when that write fails, nothing is kept.
 func (n nodeState) Add(spec state.Spec) (state.Record, error) {

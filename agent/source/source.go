@@ -46,6 +46,9 @@ type Node interface {
 	Put(spec state.Spec) (state.Record, error)
 	// Remove forgets a workload (its cgroup goes if tidal made it).
 	Remove(name, why string)
+	// Processes records the processes a source has just read in a workload's cgroup, so
+	// status shows them before the agent next samples the workload.
+	Processes(name string, pids []int)
 	// Get is one workload now; Snapshot the whole registry.
 	Get(name string) (state.Record, bool)
 	Snapshot() state.Snapshot

@@ -2,9 +2,11 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -146,6 +148,27 @@ func TestCommandsStopOnSignalsAndSayWhyTheyCannotConnect(t *testing.T) {
 	got, err := nobody.CombinedOutput()
 	if err == nil || !strings.Contains(string(got), "permission denied (its socket is root's: run as root)") {
 		t.Errorf("tidal status as nobody: %v, output %q; want told the socket is root's", err, got)
+	}
+}
+
+// A command that leaves a child behind when it exits: tidal run says so, and status lists only
+// the child from then on, not the exited command.
+func TestAChildOutlivesItsRun(t *testing.T) {
+	n := newNode(t, "")
+	n.start()
+	cmd, out := n.run("--tier", "shared", "--name", "forker", "--", "sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $$ $!")
+	err := cmd.Wait()
+	var shell, child int
+	if _, serr := fmt.Sscan(out.String(), &shell, &child); serr != nil || err != nil {
+		t.Fatalf("tidal run: %v, output %q", err, out)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	if !strings.Contains(out.String(), "still has processes") {
+		t.Errorf("tidal run did not say the command left processes behind: %q", out)
+	}
+	w, ok := n.workload("forker")
+	if !ok || !slices.Equal(w.PIDs, []int{child}) {
+		t.Errorf("right after tidal run returned status lists %v (listed %v), want only the child %d (the shell %d exited)", w.PIDs, ok, child, shell)
 	}
 }
 

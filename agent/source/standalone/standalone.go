@@ -330,6 +330,7 @@ func (s *Source) Release(name string) error {
 		return refuse(404, "no workload named %q", name)
 	}
 	if pids, err := s.opts.Cgroups.Procs(r.Cgroup); err == nil && len(pids) > 0 {
+		s.opts.Node.Processes(name, pids) // the caller's own process is gone from them
 		return refuse(409, "workload %q still has processes %v; it is released when they exit", name, pids)
 	}
 	s.opts.Node.Remove(name, "exited")
