@@ -235,6 +235,17 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		starvationMeter: interference.NewMeter(procDir, layout),
 		poolHold:        poolHold{},
 	}
+	if err := a.prepare(); err != nil {
+		a.Close() // NVML and the meter's files; New gives back the claim
+		return nil, err
+	}
+	return a, nil
+}
+
+// prepare sets what depends on the config beyond the parts newAgentOn made (the mechanism,
+// memory, IO, leasing, the sources), restores the state and writes the cgroup tree.
+func (a *Agent) prepare() error {
+	cfg, log, writer := a.cfg, a.log, a.writer
 	a.setMechanismLocked(cfg.CPU.Mechanism)
 	a.mechChoice = "set by cpu.mechanism"
 	if cfg.CPU.Mechanism == config.MechanismAuto {
@@ -246,21 +257,23 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 	a.memoryPolicy = memoryResource(cfg.Memory)
 	a.policy = a.policy.With(a.memoryPolicy)
 	if err := a.setupIO(); err != nil {
-		return nil, err
+		return err
 	}
-	if a.lease, err = newLeasing(cfg); err != nil {
-		return nil, err
+	lease, err := newLeasing(cfg)
+	if err != nil {
+		return err
 	}
+	a.lease = lease
 	a.metrics = reporter.NewMetrics(func() reporter.WriteCounts {
 		s := writer.Stats()
 		return reporter.WriteCounts{Writes: s.Writes, Errors: s.Errors, Repairs: s.Repairs}
 	})
 	// The sources' hooks count their calls in the metrics: make those first.
 	if err := a.newSources(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := a.restore(); err != nil {
-		return nil, err
+		return err
 	}
 	a.advisor.Init(cpu.ComputePools(a.topo, cfg.CPU.ReservedSystemCPUs, a.store.Snapshot().Dedicated, nil).PoolMilliCPU())
 	if err := a.reconcile(); err != nil {
@@ -270,7 +283,7 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 	if err := a.store.Save(); err != nil {
 		log.Error("cannot write checkpoint", "dir", cfg.StateDir, "err", err)
 	}
-	return a, nil
+	return nil
 }
 
 // signalCgroups is what the signal evictor needs of the writer and the layout.
