@@ -241,9 +241,14 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	if req.GPUs > 0 && tier != qos.Dedicated && tier != qos.Reclaimed {
 		return state.Spec{}, refuse(400, "--gpus applies to dedicated (own GPUs) and reclaimed (lent GPUs) work, not %s", tier)
 	}
-	if req.CPUBurstPercent != nil && tier != qos.Reclaimed && (tier == qos.Dedicated || req.CPUs == 0) {
-		return state.Spec{}, refuse(400, "--cpu-burst-percent %d: a burst is a share of the CPU cap --cpus sets on shared and system work; %s",
-			*req.CPUBurstPercent, map[bool]string{true: "dedicated work has whole cores of its own and no cap", false: "give --cpus N with it"}[tier == qos.Dedicated])
+	if req.CPUBurstPercent != nil { // a burst is a share of a CPU cap: without one it does nothing
+		const what = "--cpu-burst-percent %d: a burst is a share of the CPU cap --cpus sets on shared and system work; "
+		switch {
+		case tier == qos.Dedicated:
+			return state.Spec{}, refuse(400, what+"dedicated work has whole cores of its own and no cap", *req.CPUBurstPercent)
+		case tier != qos.Reclaimed && req.CPUs == 0: // reclaimed work: the classifier's refusal
+			return state.Spec{}, refuse(400, what+"give --cpus N with it", *req.CPUBurstPercent)
+		}
 	}
 	// tidal run's flags become the annotations every other source uses, so one function decides.
 	ann := map[string]string{qos.AnnotationQoSLevel: req.Tier}
