@@ -195,7 +195,9 @@ func waterfill(avail int64, caps, weights []int64) []int64 {
 	for i, c := range caps {
 		if c > 0 && weights[i] > 0 {
 			active = append(active, i)
-			total += c
+			if total <= avail { // past avail the sum only needs to stay there, not overflow
+				total += c
+			}
 		}
 	}
 	if total <= avail { // enough for everyone

@@ -267,6 +267,8 @@ func TestWaterfill(t *testing.T) {
 		{7, []int64{7, 7, 7}, []int64{1, 1, 1}, []int64{3, 2, 2}},
 		{3, []int64{5, 0, 5}, []int64{1, 1, 1}, []int64{2, 0, 1}},
 		{0, []int64{5}, []int64{1}, []int64{0}},
+		// Caps whose sum passes int64 (thousands of rules at the most a rule may lend).
+		{100, []int64{1 << 62, 1 << 62, 1 << 62}, []int64{1, 1, 1}, []int64{34, 33, 33}},
 	} {
 		if got := waterfill(tc.avail, tc.caps, tc.weights); !slices.Equal(got, tc.want) {
 			t.Errorf("waterfill(%d, %v, %v) = %v, want %v", tc.avail, tc.caps, tc.weights, got, tc.want)

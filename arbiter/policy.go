@@ -293,7 +293,7 @@ func (d *yamlDoc) resources(n *yaml.Node, key string, line int, nonZero bool) ar
 			r.MilliCPU, _ = d.integer(v, key, line, fmt.Sprintf("millicores, an integer in 0..%d, such as 8000 for 8 cores", arbiterapi.MaxMilliCPU), 0, arbiterapi.MaxMilliCPU)
 		}},
 		{name: "memory", want: "bytes", decode: func(v *yaml.Node, key string, line int) {
-			r.MemoryBytes, _ = d.size(v, key, line, `bytes (at most 1Pi): an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "32Gi"`, arbiterapi.MaxMemoryBytes)
+			r.MemoryBytes, _ = d.size(v, key, line, `bytes (at most 1024Ti): an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "32Gi"`, arbiterapi.MaxMemoryBytes)
 		}},
 		{name: "gpus", want: "whole GPUs", decode: func(v *yaml.Node, key string, line int) {
 			g, _ := d.integer(v, key, line, fmt.Sprintf("whole GPUs, an integer in 0..%d", arbiterapi.MaxGPUs), 0, arbiterapi.MaxGPUs)

@@ -121,7 +121,7 @@ rules:
 			`policy.yaml:6: queues[1].name: "queue-1" is already queues[0]: want unique queue names`,
 			`policy.yaml:7: queues[2].name: "best-effort" is the shared queue: the shared queue gets what no rule lends and is not listed under queues`,
 			`policy.yaml:8: queues[3].name: "no spaces" is not allowed: want ` + queueNameWant,
-			`policy.yaml:10: queues[4].guaranteed.memory: "12XB" is not a valid size: want bytes (at most 1Pi)`,
+			`policy.yaml:10: queues[4].guaranteed.memory: "12XB" is not a valid size: want bytes (at most 1024Ti)`,
 			`policy.yaml:10: queues[4].guaranteed.gpus: -1 is out of range: want whole GPUs, an integer in 0..1024`,
 			`policy.yaml:13: rules[0].queue: "queue-9" is not a queue: want one of queue-1, q3`,
 			`policy.yaml:15: rules[0].window: "25:00-08:00": start "25:00" is not a time of day: want 00:00..23:59`,

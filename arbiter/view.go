@@ -27,8 +27,10 @@ type NodeState struct {
 type View struct {
 	mu    sync.Mutex
 	nodes map[string]*nodeEntry
-	// lent is what each queue is lent by the leases counted in it (see nodeEntry.counted).
-	lent map[string]arbiterapi.Resources
+	// lent is what each queue is lent by the grants counted in it (see nodeEntry.counted);
+	// nextEnd is when the first of those ends (zero: none counted), when lent must be settled.
+	lent    map[string]arbiterapi.Resources
+	nextEnd time.Time
 	// changes counts changes, so a persister can tell whether there is anything new to save.
 	changes uint64
 }
@@ -38,9 +40,10 @@ type nodeEntry struct {
 	// leaseJSON is Lease's JSON encoding, made once: it is both the answer to the report and
 	// what the store persists.
 	leaseJSON []byte
-	// counted: the lease's grants are included in View.lent. A lease stops counting when it
-	// expires (Sweep) or is replaced (Accept).
-	counted bool
+	// counted are the lease's grants included in View.lent: those in effect when it was
+	// counted. A grant stops counting when it ends (its window closed, or the lease expired)
+	// and a lease when it is replaced (Accept).
+	counted []arbiterapi.Grant
 }
 
 // NewView returns an empty view.
@@ -53,6 +56,7 @@ func NewView() *View {
 func (v *View) Accept(p *Policy, now time.Time, r arbiterapi.Report, ttl time.Duration) (arbiterapi.Lease, []byte) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.settle(now)
 	e := v.nodes[r.Node]
 	var prev *arbiterapi.Lease
 	if e != nil {
@@ -65,8 +69,8 @@ func (v *View) Accept(p *Policy, now time.Time, r arbiterapi.Report, ttl time.Du
 		Previous: prev,
 		LentElsewhere: func(queue string) arbiterapi.Resources {
 			total := v.lent[queue]
-			if e != nil && e.counted {
-				for _, g := range e.Lease.Grants {
+			if e != nil {
+				for _, g := range e.counted {
 					if g.Queue == queue {
 						total = total.Sub(g.Resources())
 					}
@@ -82,23 +86,24 @@ func (v *View) Accept(p *Policy, now time.Time, r arbiterapi.Report, ttl time.Du
 	v.uncount(e)
 	e.NodeState = NodeState{Report: r, Received: now, Lease: lease}
 	e.leaseJSON, _ = json.Marshal(lease) // cannot fail: plain data
-	v.count(e)
+	v.count(e, now)
 	v.changes++
 	return lease, e.leaseJSON
 }
 
-func (v *View) count(e *nodeEntry) {
-	for _, g := range e.Lease.Grants {
+// count adds the grants of e's lease in effect at now to lent.
+func (v *View) count(e *nodeEntry, now time.Time) {
+	e.counted = e.Lease.Active(now)
+	for _, g := range e.counted {
 		v.lent[g.Queue] = v.lent[g.Queue].Add(g.Resources())
+		if v.nextEnd.IsZero() || g.Until.Before(v.nextEnd) {
+			v.nextEnd = g.Until
+		}
 	}
-	e.counted = true
 }
 
 func (v *View) uncount(e *nodeEntry) {
-	if !e.counted {
-		return
-	}
-	for _, g := range e.Lease.Grants {
+	for _, g := range e.counted {
 		left := v.lent[g.Queue].Sub(g.Resources())
 		if left.IsZero() {
 			delete(v.lent, g.Queue)
@@ -106,20 +111,33 @@ func (v *View) uncount(e *nodeEntry) {
 			v.lent[g.Queue] = left
 		}
 	}
-	e.counted = false
+	e.counted = nil
 }
 
-// Sweep stops counting expired leases and drops nodes that have not reported for longer than
-// timeout; it returns the dropped nodes' names. Call it every second or so.
+// settle drops from lent the grants that have ended by now: a window that closed, a lease that
+// expired. lent is counted again from every lease when the first counted grant ends (about
+// once a lease TTL, since a replaced lease's grants may have been the first), not on every
+// report.
+func (v *View) settle(now time.Time) {
+	if v.nextEnd.IsZero() || now.Before(v.nextEnd) {
+		return
+	}
+	v.nextEnd = time.Time{}
+	for _, e := range v.nodes {
+		v.uncount(e)
+		v.count(e, now)
+	}
+	v.changes++
+}
+
+// Sweep stops counting grants that have ended and drops nodes that have not reported for
+// longer than timeout; it returns the dropped nodes' names. Call it every second or so.
 func (v *View) Sweep(now time.Time, timeout time.Duration) []string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.settle(now)
 	var dropped []string
 	for name, e := range v.nodes {
-		if e.counted && !now.Before(e.Lease.Expires) {
-			v.uncount(e)
-			v.changes++
-		}
 		if now.Sub(e.Received) > timeout {
 			v.uncount(e)
 			delete(v.nodes, name)
@@ -164,16 +182,14 @@ func (v *View) Restore(leases []SavedLease, now time.Time, timeout time.Duration
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nodes = make(map[string]*nodeEntry, len(leases))
-	v.lent = map[string]arbiterapi.Resources{}
+	v.lent, v.nextEnd = map[string]arbiterapi.Resources{}, time.Time{}
 	for _, l := range leases {
 		if _, twice := v.nodes[l.Lease.Node]; twice || !restorable(l, now, timeout) {
 			continue
 		}
 		e := &nodeEntry{NodeState: NodeState{Report: arbiterapi.Report{Node: l.Lease.Node}, Received: l.Received, Lease: l.Lease, Restored: true}}
 		v.nodes[l.Lease.Node] = e
-		if now.Before(l.Lease.Expires) {
-			v.count(e)
-		}
+		v.count(e, now) // what is in effect: nothing of an expired lease
 	}
 	v.changes++
 }

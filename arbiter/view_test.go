@@ -181,3 +181,43 @@ func TestStoreRoundTrip(t *testing.T) {
 		t.Errorf("damaged file: %v", err)
 	}
 }
+
+// A grant stops counting as lent the moment its window closes, not when its lease expires: at
+// 08:00:05 a queue whose night grant ended at 08:00 is short of its guarantee again, and is
+// served first on the next node to report.
+func TestEndedGrantNoLongerCountsAsLent(t *testing.T) {
+	p := mustPolicy(t, `sharedQueue: best-effort
+queues:
+  - name: queue-1
+    guaranteed: {milliCPU: 8000}
+  - name: queue-2
+rules:
+  - {name: a-night, queue: queue-1, nodeSelector: {pool: a}, lend: {milliCPU: 8000}, window: "22:00-08:00", timeZone: UTC}
+  - {name: b-day,   queue: queue-1, nodeSelector: {pool: b}, lend: {milliCPU: 8000}, window: "08:00-22:00", timeZone: UTC}
+  - {name: b-q2,    queue: queue-2, nodeSelector: {pool: b}, lend: {milliCPU: 8000}, window: "00:00-24:00", timeZone: UTC}
+`)
+	v := NewView()
+	const ttl = 30 * time.Second
+	at := func(h, m, s int) time.Time { return time.Date(2026, 6, 11, h, m, s, 0, time.UTC) }
+	node := func(name, pool string) arbiterapi.Report {
+		r := gpuNode(name, map[string]string{"pool": pool})
+		r.Lendable = arbiterapi.Lendable{MilliCPU: 8000}
+		return r
+	}
+	la, _ := v.Accept(p, at(7, 59, 50), node("a", "a"), ttl)
+	if g, ok := grantFor(la, "queue-1"); !ok || g.MilliCPU != 8000 || !g.Until.Equal(at(8, 0, 0)) {
+		t.Fatalf("node a at 07:59:50: %+v, want queue-1 8000m until 08:00", la)
+	}
+	// Before 08:00 the night grant still counts: node b's day rule is not open yet, and
+	// queue-2 takes what b lends.
+	lb, _ := v.Accept(p, at(7, 59, 55), node("b", "b"), ttl)
+	if g, _ := grantFor(lb, "queue-2"); g.MilliCPU != 8000 {
+		t.Fatalf("node b at 07:59:55: %+v, want queue-2 8000m", lb)
+	}
+	lb, _ = v.Accept(p, at(8, 0, 5), node("b", "b"), ttl)
+	g1, _ := grantFor(lb, "queue-1")
+	g2, _ := grantFor(lb, "queue-2")
+	if g1.MilliCPU != 8000 || g2.MilliCPU != 0 {
+		t.Errorf("node b at 08:00:05: queue-1 %dm, queue-2 %dm; want queue-1, lent nothing since 08:00 and short of its 8000m guarantee, served first: 8000m and 0m", g1.MilliCPU, g2.MilliCPU)
+	}
+}

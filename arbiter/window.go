@@ -88,7 +88,10 @@ func digits(s string) bool {
 }
 
 func loadZone(zone string) (*time.Location, error) {
-	if zone == "" || zone == "Local" {
+	switch zone {
+	case "", "Local", "localtime", "posixrules", "Factory":
+		// The host's own zone under other names (zoneinfo's localtime links to /etc/localtime):
+		// a policy must mean the same hours on every arbiter host.
 		return nil, fmt.Errorf("%q is not allowed: want an IANA time zone such as \"Europe/Berlin\" or \"UTC\"", zone)
 	}
 	loc, err := time.LoadLocation(zone)
