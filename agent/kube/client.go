@@ -198,11 +198,15 @@ func (c *Client) Event(pod *corev1.Pod, eventType, reason, message string) {
 }
 
 // Evict asks the API server to evict a pod (policy/v1 Eviction), so PodDisruptionBudgets
-// hold, with grace as its termination grace period. The UID precondition keeps a
-// same-named successor from being evicted instead.
+// hold, with grace as its termination grace period, or the pod's own where that is shorter
+// (as the kubelet's own eviction caps a pod's grace). The UID precondition keeps a same-named
+// successor from being evicted instead.
 func (c *Client) Evict(ctx context.Context, pod *corev1.Pod, grace time.Duration) error {
 	uid := pod.UID
 	seconds := int64(grace.Round(time.Second) / time.Second)
+	if own := pod.Spec.TerminationGracePeriodSeconds; own != nil && *own < seconds {
+		seconds = *own
+	}
 	return c.cs.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, GracePeriodSeconds: &seconds},

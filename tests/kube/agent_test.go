@@ -314,12 +314,17 @@ eviction:
 	pods := map[string]*runningPod{}
 	for _, p := range []struct {
 		name, prio, size string
-	}{{"p5", "5", "45Mi"}, {"guarded", "0", "8Mi"}, {"p1", "1", "45Mi"}, {"p3", "3", "45Mi"}} {
-		pods[p.name] = n.runPod(newPod(p.name, map[string]string{"tidalqos.io/qos-level": "reclaimed", "tidalqos.io/reclaim-priority": p.prio}, nil),
-			"workload", "memhog", "--target", p.size, "--rate", "256Mi")
+		grace            int64 // the pod's own termination grace period; 0: the API's default (30 s)
+	}{{"p5", "5", "45Mi", 0}, {"guarded", "0", "8Mi", 0}, {"p1", "1", "45Mi", 2}, {"p3", "3", "45Mi", 0}} {
+		pod := newPod(p.name, map[string]string{"tidalqos.io/qos-level": "reclaimed", "tidalqos.io/reclaim-priority": p.prio}, nil)
+		if p.grace > 0 {
+			pod.Spec.TerminationGracePeriodSeconds = &p.grace
+		}
+		pods[p.name] = n.runPod(pod, "workload", "memhog", "--target", p.size, "--rate", "256Mi")
 	}
 	// The test's kubelet: a pod marked for deletion is stopped and removed, in the order seen.
 	var evicted []string
+	graces := map[string]int64{}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) && len(evicted) < 2 {
 		for name, p := range pods {
@@ -328,6 +333,9 @@ eviction:
 				continue
 			}
 			evicted = append(evicted, name)
+			if cur.DeletionGracePeriodSeconds != nil {
+				graces[name] = *cur.DeletionGracePeriodSeconds
+			}
 			n.stopPod(p)
 			delete(pods, name)
 		}
@@ -335,6 +343,10 @@ eviction:
 	}
 	if fmt.Sprint(evicted) != "[p1 p3]" {
 		t.Fatalf("evicted %v, want [p1 p3] (guarded held by its PodDisruptionBudget, p5 last)", evicted)
+	}
+	// Each is stopped within eviction.gracePeriod (5 s), or sooner where its own grace is.
+	if graces["p1"] != 2 || graces["p3"] != 5 {
+		t.Errorf("grace periods %v, want p1 its own 2 s and p3 the agent's 5 s (its own is 30 s)", graces)
 	}
 	// What is left (p5 and guarded) fits in what is lent: nothing more goes, however many
 	// times the agent looks again.
