@@ -300,3 +300,30 @@ func TestSLOProbeMustPointAtThePodItself(t *testing.T) {
 		}
 	}
 }
+
+// A pod the kubelet's CPU manager pinned keeps the kubelet's cpusets: its NUMA binding is the
+// kubelet's to keep, so the annotation is reported as ignored rather than silently dropped.
+func TestNUMABindingOfAPinnedPodIsIgnoredAloud(t *testing.T) {
+	pinned := cpuset.New(2, 3)
+	for _, c := range []struct {
+		name    string
+		pinned  *cpuset.CPUSet
+		binding bool // what the workload keeps
+	}{{"pinned by the kubelet", &pinned, false}, {"cores tidal picks", nil, true}} {
+		n := &recordingNode{}
+		meta := qos.Metadata{Name: "latency-critical/quote", Namespace: "latency-critical", Annotations: map[string]string{
+			qos.AnnotationQoSLevel: string(qos.Dedicated), qos.AnnotationNUMABinding: "true"}}
+		policy := qos.Policy{Restricted: true, DedicatedNamespaces: []string{"latency-critical"}}
+		_, problems := PutPod(n, "kubernetes", PodInfo{Meta: meta, UID: "u1", Cgroup: "kubepods/podu1", MilliCPU: 2000, Pinned: c.pinned}, policy)
+		if n.last.NUMABinding != c.binding {
+			t.Errorf("%s: NUMA binding %v, want %v", c.name, n.last.NUMABinding, c.binding)
+		}
+		var told bool
+		for _, p := range problems {
+			told = told || strings.Contains(p.Error(), "the kubelet's CPU manager pinned this pod")
+		}
+		if told == c.binding {
+			t.Errorf("%s: problems %v; want one saying the binding is the kubelet's: %v", c.name, problems, !c.binding)
+		}
+	}
+}

@@ -78,6 +78,12 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 		// The kubelet's CPU manager pinned this pod: its cores are taken whatever its tier,
 		// and its cpusets are the kubelet's.
 		spec.DedicatedCPUs, spec.Owner = *p.Pinned, plugins.OwnerKubeletCPUManager
+		if spec.NUMABinding {
+			problems = append(problems, &qos.Problem{Key: qos.AnnotationNUMABinding, Value: p.Meta.Annotations[qos.AnnotationNUMABinding],
+				Source: qos.SourceAnnotation, Kind: qos.ErrIgnored, Fallback: "ignored",
+				Reason: "the kubelet's CPU manager pinned this pod, so its cpusets are the kubelet's (its topology manager's single-numa-node policy keeps a pod on one NUMA node)"})
+			spec.NUMABinding = false
+		}
 	}
 	switch d.Tier {
 	case qos.Dedicated:
