@@ -122,8 +122,10 @@ type Agent struct {
 	// Slow-loop only (one goroutine): the previous reading, and the pass count.
 	sampler sampler
 	passes  int
-	// completedPasses is passes as status reads it.
+	// completedPasses is passes as status reads it; lastPass is when the latest ended (Unix
+	// nanoseconds; Run's start before the first), which /healthz reads.
 	completedPasses atomic.Uint64
+	lastPass        atomic.Int64
 	// watch is the fast path's spike watch (its limits set under mu); watched, the counter
 	// files it reads (the fast loop's only).
 	watch   *spikewatch.Watch
@@ -329,6 +331,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("agent: Run without the node claimed (made by New, or closed)")
 	}
 	defer a.Close()
+	a.lastPass.Store(time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -409,10 +412,23 @@ func (a *Agent) handBack() {
 	a.log.Info("agent stopped: reclaimed CPU at its minimum until an agent runs again", "cuts", len(cuts))
 }
 
+// stalledAfter is how long the slow loop may go without ending a pass before /healthz fails:
+// well past any pass that waits on the API server (its requests time out sooner).
+func (a *Agent) stalledAfter() time.Duration { return max(2*time.Minute, 20*a.cfg.Loops.SlowInterval) }
+
 func (a *Agent) metricsServer() *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", a.metrics.Handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	// /healthz fails once the slow loop has stalled, so a supervisor (the DaemonSet's liveness
+	// probe) restarts an agent wedged on something it waits for, which would otherwise keep
+	// lending what it last wrote. It reads no lock: the wedge may be holding one.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if since := time.Since(time.Unix(0, a.lastPass.Load())); since > a.stalledAfter() {
+			http.Error(w, fmt.Sprintf("the slow loop has ended no pass for %s", since.Round(time.Second)), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		a.mu.Lock()
 		err := a.applyErr

@@ -114,6 +114,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 		a.log.Error("cgroup settings failed", "err", err)
 	}
 	a.completedPasses.Add(1)
+	a.lastPass.Store(time.Now().UnixNano())
 }
 
 // sample reads node CPU and memory, and a share of the workloads' usage. fresh is false on

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -68,5 +69,28 @@ func TestStatusWithoutWorkloads(t *testing.T) {
 	// Lists are lists, empty or not: no GPUs here is "gpus": [], not null.
 	if _, body := get(""); !strings.Contains(string(body), `"gpus":[]`) && !strings.Contains(string(body), `"gpus":[{`) {
 		t.Errorf("GET /v1/status: gpus is neither a list of GPUs nor an empty one: %s", body)
+	}
+}
+
+// /healthz answers while the slow loop ends passes and fails once it has stalled, so that a
+// supervisor restarts a wedged agent; /readyz is not touched by it.
+func TestHealthzFailsWhenTheSlowLoopStalls(t *testing.T) {
+	a := agentOnTestRoot(t)
+	health := func() (int, string) {
+		rec := httptest.NewRecorder()
+		a.metricsServer().Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	a.lastPass.Store(time.Now().UnixNano())
+	if code, body := health(); code != http.StatusOK {
+		t.Errorf("with a pass just ended: %d %q, want 200", code, body)
+	}
+	a.lastPass.Store(time.Now().Add(-a.stalledAfter() - time.Minute).UnixNano())
+	if code, body := health(); code != http.StatusServiceUnavailable || !strings.Contains(body, "the slow loop has ended no pass for 3m") {
+		t.Errorf("with no pass for 3 minutes: %d %q, want 503 saying how long", code, body)
+	}
+	a.slowPass(context.Background())
+	if code, body := health(); code != http.StatusOK {
+		t.Errorf("after a pass: %d %q, want 200", code, body)
 	}
 }
