@@ -73,6 +73,12 @@ type KubernetesConfig struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// PodName is this replica's own Pod in Namespace (tidal arbiter --pod-name, default
+	// $POD_NAME; not a key of the file, which every replica shares). The replica keeps the
+	// label RoleLabel on it, leader or follower, so that a Service selecting the leader
+	// routes reports there while every replica is Ready; "" leaves the labels alone, and then
+	// only the leader is Ready.
+	PodName string
 }
 
 // PolicyConfigMapKey is the key of the policy in its ConfigMap.

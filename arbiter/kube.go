@@ -50,9 +50,20 @@ type Kubernetes struct {
 	configMap cache.SharedIndexInformer
 	nodes     cache.SharedIndexInformer
 
+	// role carries the role this replica's Pod should be labelled with to labelRoles.
+	role chan string
+
 	stopInformers context.CancelFunc
 	informers     sync.WaitGroup
 }
+
+// RoleLabel is the label each replica keeps on its own Pod (KubernetesConfig.PodName): the
+// leader's says RoleLeader, every other's RoleFollower. The Service selects RoleLeader.
+const (
+	RoleLabel    = "tidalqos.io/arbiter-role"
+	RoleLeader   = "leader"
+	RoleFollower = "follower"
+)
 
 // API request rates, per client: each has its own limiter, so that a burst of lease writes at
 // a window's edge never delays the leader's Lease renewals, and a failover (every agent's
@@ -103,7 +114,7 @@ func NewKubernetes(cfg KubernetesConfig, log *slog.Logger) (*Kubernetes, error) 
 		return nil, err
 	}
 
-	k := &Kubernetes{cfg: cfg, log: log, cs: cs}
+	k := &Kubernetes{cfg: cfg, log: log, cs: cs, role: make(chan string, 1)}
 	k.configMap = coreinformers.NewFilteredConfigMapInformer(cs, cfg.Namespace, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + cfg.PolicyConfigMap })
 	k.nodes = metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("nodes"), "", 0, cache.Indexers{}, nil).Informer()
@@ -127,6 +138,7 @@ func NewKubernetes(cfg KubernetesConfig, log *slog.Logger) (*Kubernetes, error) 
 		LeaseDuration: cfg.LeaseDuration,
 		RenewDeadline: cfg.RenewDeadline,
 		RetryPeriod:   cfg.RetryPeriod,
+		OnRole:        k.setRole,
 		Log:           log,
 	}
 	k.Nodes = &NodeStore{
@@ -180,6 +192,7 @@ func (k *Kubernetes) Apply(o *Options) {
 	o.Store = k.Nodes
 	o.NodeLabels = k.Nodes
 	o.Leadership = k.Election
+	o.FollowersReady = k.cfg.PodName != ""
 	o.Collectors = append(o.Collectors, k.Auth.Collectors()...)
 	o.Collectors = append(o.Collectors, k.Nodes.Collectors()...)
 }
@@ -228,6 +241,16 @@ func (k *Kubernetes) Serve(ctx context.Context, srv *Server, ln net.Listener) er
 		defer close(storeDone)
 		k.Nodes.Run(storeCtx)
 	}()
+	// The role label outlives the election: the last change (follower, once the Lease is
+	// released) is written before Serve returns.
+	labelCtx, stopLabels := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLabels()
+	labelsDone := make(chan struct{})
+	go func() {
+		defer close(labelsDone)
+		k.labelRoles(labelCtx)
+	}()
+	k.setRole(false) // a restarted container's Pod may still say leader
 	electCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopElection()
 	electDone := make(chan error, 1)
@@ -239,6 +262,70 @@ func (k *Kubernetes) Serve(ctx context.Context, srv *Server, ln net.Listener) er
 	stopElection()
 	if eerr := <-electDone; err == nil {
 		err = eerr
+	}
+	stopLabels()
+	<-labelsDone
+	return err
+}
+
+// setRole asks labelRoles to label this replica's Pod as leading or not; the latest ask wins.
+func (k *Kubernetes) setRole(leading bool) {
+	if k.cfg.PodName == "" {
+		return
+	}
+	role := RoleFollower
+	if leading {
+		role = RoleLeader
+	}
+	select { // replace an ask not yet written
+	case <-k.role:
+	default:
+	}
+	k.role <- role
+}
+
+// labelRoles writes the asked role onto this replica's Pod, retrying a failed write every
+// second until it lands or a newer ask replaces it. Until the leader's label lands the
+// Service routes to no replica, and agents keep their leases (leaseTTL) meanwhile. When ctx
+// ends it writes an ask still pending once more, so a replica that stops says follower.
+func (k *Kubernetes) labelRoles(ctx context.Context) {
+	var pending string
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case pending = <-k.role:
+		case <-retry.C:
+		case <-ctx.Done():
+			select {
+			case pending = <-k.role:
+			default:
+			}
+			if pending != "" {
+				_ = k.writeRole(context.Background(), pending)
+			}
+			return
+		}
+		if pending == "" {
+			continue
+		}
+		if err := k.writeRole(ctx, pending); err != nil {
+			k.log.Warn("cannot label this replica's Pod; retrying", "pod", k.cfg.Namespace+"/"+k.cfg.PodName, "role", pending, "err", err)
+			retry.Reset(time.Second)
+			continue
+		}
+		pending = ""
+	}
+}
+
+func (k *Kubernetes) writeRole(ctx context.Context, role string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, RoleLabel, role)
+	_, err := k.cs.CoreV1().Pods(k.cfg.Namespace).Patch(ctx, k.cfg.PodName, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "tidal-arbiter"})
+	if err == nil {
+		k.log.Info("labelled this replica's Pod", "pod", k.cfg.Namespace+"/"+k.cfg.PodName, RoleLabel, role)
 	}
 	return err
 }
@@ -258,6 +345,9 @@ func (k *Kubernetes) checkRights(ctx context.Context) error {
 		{Namespace: ns, Group: "coordination.k8s.io", Resource: "leases", Name: k.cfg.LeaseName, Verb: "get"},
 		{Namespace: ns, Group: "coordination.k8s.io", Resource: "leases", Name: k.cfg.LeaseName, Verb: "update"},
 		{Namespace: ns, Group: "coordination.k8s.io", Resource: "leases", Verb: "create"},
+	}
+	if k.cfg.PodName != "" {
+		checks = append(checks, authorizationv1.ResourceAttributes{Namespace: ns, Resource: "pods", Name: k.cfg.PodName, Verb: "patch"})
 	}
 	var missing []string
 	for _, a := range checks {

@@ -29,6 +29,8 @@ type LeaderElection struct {
 	RetryPeriod   time.Duration
 	// OnLead is called each time this replica starts leading, before Leading turns true.
 	OnLead func() error
+	// OnRole, when set, is told each time Leading turns true and each time a term ends.
+	OnRole func(leading bool)
 	Log    *slog.Logger
 
 	le atomic.Pointer[leaderelection.LeaderElector]
@@ -95,11 +97,17 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 		}()
 		select {
 		case term := <-started:
-			e.start(term, log)
+			if e.start(term, log) && e.OnRole != nil {
+				e.OnRole(true)
+			}
 			<-done
+			e.stop()
+			if e.OnRole != nil {
+				e.OnRole(false)
+			}
 		case <-done:
+			e.stop()
 		}
-		e.stop()
 		if ctx.Err() == nil {
 			log.Warn("lost the leader Lease: campaigning again", "lease", e.Lock.Describe())
 		}
@@ -107,7 +115,9 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 	return nil
 }
 
-func (e *LeaderElection) start(term context.Context, log *slog.Logger) {
+// start begins a term; it reports whether this replica leads (the term may have ended while
+// OnLead ran).
+func (e *LeaderElection) start(term context.Context, log *slog.Logger) bool {
 	if e.OnLead != nil {
 		if err := e.OnLead(); err != nil {
 			log.Error("starting to lead", "err", err)
@@ -117,10 +127,12 @@ func (e *LeaderElection) start(term context.Context, log *slog.Logger) {
 	defer e.mu.Unlock()
 	// client-go ends the term (cancels it) before it calls OnStoppedLeading: a term that ended
 	// while OnLead ran is not led.
-	if term.Err() == nil {
-		e.leading = true
-		log.Info("leading: this replica decides", "lease", e.Lock.Describe(), "identity", e.Lock.Identity())
+	if term.Err() != nil {
+		return false
 	}
+	e.leading = true
+	log.Info("leading: this replica decides", "lease", e.Lock.Describe(), "identity", e.Lock.Identity())
+	return true
 }
 
 func (e *LeaderElection) stop() {

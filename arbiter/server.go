@@ -57,9 +57,14 @@ type Options struct {
 	// labels its report claims (Kubernetes: the Node object's, which an agent cannot set).
 	NodeLabels NodeLabeler
 	// Leadership, when set, makes the server one of several replicas of which only the leader
-	// decides: followers answer 503 (reports, views, /readyz) and save nothing, and the
-	// leader restores the leases from the Store when it starts leading (Lead).
+	// decides: followers answer 503 (reports, views, and /readyz unless FollowersReady) and
+	// save nothing, and the leader restores the leases from the Store when it starts leading
+	// (Lead).
 	Leadership Leadership
+	// FollowersReady: /readyz answers 200 on a follower too, where something other than
+	// readiness routes reports to the leader (Kubernetes: a label on the leader's Pod), so
+	// that every replica counts as available and a rollout completes.
+	FollowersReady bool
 	// Collectors are more metrics served on /metrics (those of the Kubernetes parts).
 	Collectors []prometheus.Collector
 }
@@ -530,14 +535,17 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "nodes": s.view.Len(), "policySHA256": s.policy.Load().Digest})
 }
 
-// handleReady is GET /readyz: 200 on the replica that decides, 503 on followers, so that a
-// Service routes to the leader only.
+// handleReady is GET /readyz: 200 on the replica that decides; on a follower 503, so that a
+// Service routes to the leader only, or 200 where FollowersReady.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if !s.leading() {
+	switch {
+	case s.leading():
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "leader": true})
+	case s.opts.FollowersReady:
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "leader": false})
+	default:
 		s.writeNotLeader(w)
-		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "leader": true})
 }
 
 func writeError(w http.ResponseWriter, code int, errs arbiterapi.FieldErrors) {

@@ -19,6 +19,7 @@ func runArbiter(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("arbiter", flag.ContinueOnError)
 	configPath := fs.String("config", "", "YAML config file (see docs/arbiter.md); defaults apply without one")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (kubernetes mode); overrides kubernetes.kubeconfig")
+	podName := fs.String("pod-name", os.Getenv("POD_NAME"), "kubernetes mode: this replica's own Pod, labelled "+arbiter.RoleLabel+" leader or follower for the Service (default $POD_NAME)")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
@@ -35,6 +36,10 @@ func runArbiter(ctx context.Context, args []string) error {
 		}
 		cfg.Kubernetes.Kubeconfig = *kubeconfig
 	}
+	if isSet(fs, "pod-name") && cfg.Mode != arbiter.ModeKubernetes {
+		return fmt.Errorf("--pod-name: the arbiter is in %s mode: set \"mode: kubernetes\" in the config", cfg.Mode)
+	}
+	cfg.Kubernetes.PodName = *podName
 	log := newLogger(cfg.LogLevel, os.Stderr)
 	opts := arbiter.Options{
 		LeaseTTL:        cfg.LeaseTTL,
@@ -60,7 +65,7 @@ func runArbiter(ctx context.Context, args []string) error {
 		kube.Apply(&opts)
 		k := cfg.Kubernetes
 		startLog = []any{"mode", cfg.Mode, "namespace", k.Namespace, "lease", k.LeaseName, "identity", kube.Election.Identity(),
-			"agents", k.AgentServiceAccount, "audiences", k.Audiences, "tokenCacheTTL", k.TokenCacheTTL}
+			"pod", k.PodName, "agents", k.AgentServiceAccount, "audiences", k.Audiences, "tokenCacheTTL", k.TokenCacheTTL}
 	} else {
 		tokens, err := arbiter.LoadTokenFile(cfg.TokensFile)
 		if err != nil {

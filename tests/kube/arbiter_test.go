@@ -22,6 +22,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tidalqos/tidal/arbiter"
@@ -146,6 +147,12 @@ func freePort(t *testing.T) int {
 // process listens (it may not lead).
 func (e *arbEnv) startArb(name, extra string) *arbProc {
 	e.t.Helper()
+	return e.startArbPod(name, "", extra)
+}
+
+// startArbPod starts an arbiter that labels pod (in tidal-system) with its role; "" for none.
+func (e *arbEnv) startArbPod(name, pod, extra string) *arbProc {
+	e.t.Helper()
 	port := freePort(e.t)
 	cfg := fmt.Sprintf(`mode: kubernetes
 listenAddress: 127.0.0.1:%d
@@ -164,7 +171,7 @@ kubernetes:
 		e.t.Fatal(err)
 	}
 	a := &arbProc{t: e.t, name: name, url: fmt.Sprintf("http://127.0.0.1:%d", port), log: &syncBuffer{}, done: make(chan struct{})}
-	a.cmd = exec.Command(tidalBin, "arbiter", "--config", path)
+	a.cmd = exec.Command(tidalBin, "arbiter", "--config", path, "--pod-name", pod)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {
@@ -519,6 +526,81 @@ func TestArbiterLeaderElection(t *testing.T) {
 	defer sampleMu.Unlock()
 	if both > 0 {
 		t.Errorf("both arbiters were ready at once in %d of %d samples", both, samples)
+	}
+}
+
+// With its Pod named (--pod-name, $POD_NAME in deploy/) each replica labels its own Pod with
+// its role: the leader's says leader, the other's follower, and both are Ready, so that the
+// Service of deploy/ (which selects the leader's label) routes reports to the replica that
+// decides while a Deployment counts every replica available. The labels follow the Lease.
+func TestArbiterLabelsTheLeadersPod(t *testing.T) {
+	e := newArbEnv(t, arbPolicy(4000), map[string]map[string]string{"node-a": {"tidalqos.io/pool": "batch"}})
+	ctx := context.Background()
+	pods := e.admin.CoreV1().Pods("tidal-system")
+	for _, name := range []string{"arbiter-a", "arbiter-b"} {
+		if _, err := pods.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/name": "tidal-arbiter"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "arbiter", Image: "tidal-test"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	role := func(pod string) string {
+		p, err := pods.Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Labels[arbiter.RoleLabel]
+	}
+	procs := map[string]*arbProc{"arbiter-a": e.startArbPod("a", "arbiter-a", ""), "arbiter-b": e.startArbPod("b", "arbiter-b", "")}
+	var leaderPod, followerPod string
+	eventually(t, 20*time.Second, "one Pod labelled leader, the other follower", func() error {
+		ra, rb := role("arbiter-a"), role("arbiter-b")
+		switch {
+		case ra == arbiter.RoleLeader && rb == arbiter.RoleFollower:
+			leaderPod, followerPod = "arbiter-a", "arbiter-b"
+		case rb == arbiter.RoleLeader && ra == arbiter.RoleFollower:
+			leaderPod, followerPod = "arbiter-b", "arbiter-a"
+		default:
+			return fmt.Errorf("roles: arbiter-a %q, arbiter-b %q", ra, rb)
+		}
+		return nil
+	})
+	leader, follower := procs[leaderPod], procs[followerPod]
+	if !leader.ready() || !follower.ready() {
+		t.Errorf("ready: leader %v, follower %v; want both", leader.ready(), follower.ready())
+	}
+	tok, _ := e.agentToken("node-a", arbAudience)
+	if _, err := leader.report("node-a", tok, nil); err != nil {
+		t.Errorf("report to the labelled leader: %v", err)
+	}
+	if _, err := follower.report("node-a", tok, nil); statusOf(err) != http.StatusServiceUnavailable {
+		t.Errorf("report to the follower: %v, want 503", err)
+	}
+	svc, err := e.admin.CoreV1().Services("tidal-system").Get(ctx, "tidal-arbiter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selected, err := pods.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(selected.Items) != 1 || selected.Items[0].Name != leaderPod {
+		t.Errorf("deploy/'s Service selects %d Pods (%+v), want only the leader's %s", len(selected.Items), selected.Items, leaderPod)
+	}
+
+	// The leader stops cleanly: it releases the Lease, the other leads, and both Pods say so.
+	if err := leader.stop(syscall.SIGTERM); err != nil {
+		t.Errorf("the leader's clean stop: %v", err)
+	}
+	eventually(t, 10*time.Second, "the labels follow the Lease", func() error {
+		if r1, r2 := role(followerPod), role(leaderPod); r1 != arbiter.RoleLeader || r2 != arbiter.RoleFollower {
+			return fmt.Errorf("roles: %s %q, %s (stopped) %q", followerPod, r1, leaderPod, r2)
+		}
+		return nil
+	})
+	if _, err := follower.report("node-a", tok, nil); err != nil {
+		t.Errorf("report to the new leader: %v", err)
 	}
 }
 
