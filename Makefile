@@ -3,10 +3,15 @@ GO ?= go
 BIN := bin/tidal
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build demo test test-short lint bench fuzz faults soak reliability clean
+.PHONY: build image demo test test-short lint bench fuzz faults soak reliability clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/tidal
+
+# The container image deploy/ runs (Dockerfile): needs a Docker engine or a compatible builder.
+IMAGE ?= ghcr.io/tidalqos/tidal:$(VERSION)
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 # The live colocation demo on this host (about 80 s; Ctrl-C stops and cleans up).
 demo: build

@@ -262,6 +262,10 @@ func (a *Agent) watchPressure(ctx context.Context) {
 		return
 	}
 	path := filepath.Join(a.layout.Dir("cpu", plugins.TierPath(a.cfg.Cgroup.Root, qos.Shared)), "cpu.pressure")
+	if a.pods != nil {
+		// Pods keep the kubelet's cgroups, and no parent of theirs holds online pods alone.
+		a.log.Info("PSI trigger on tidal's shared tier only: it sees tidal run workloads, not pods, whose CPU the utilization tick counts")
+	}
 	err := metrics.WatchPressure(ctx, path, a.cfg.Loops.PSIStallThreshold, a.cfg.Loops.PSIWindow, func() {
 		a.mu.Lock()
 		changes := a.advisor.Pressure(time.Now(), fmt.Sprintf("online CPU pressure (PSI: shared tier's tasks stalled over %s in %s)",
