@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -50,8 +51,10 @@ type Kubernetes struct {
 	configMap cache.SharedIndexInformer
 	nodes     cache.SharedIndexInformer
 
-	// role carries the role this replica's Pod should be labelled with to labelRoles.
-	role chan string
+	// role carries the role this replica's Pod should be labelled with to labelRoles;
+	// landed is the role its Pod was last labelled with ("" before the first write lands).
+	role   chan string
+	landed atomic.Value // string
 
 	stopInformers context.CancelFunc
 	informers     sync.WaitGroup
@@ -192,7 +195,12 @@ func (k *Kubernetes) Apply(o *Options) {
 	o.Store = k.Nodes
 	o.NodeLabels = k.Nodes
 	o.Leadership = k.Election
-	o.FollowersReady = k.cfg.PodName != ""
+	if k.cfg.PodName != "" {
+		// A follower is Ready once its Pod says follower: until then (a write failing with the
+		// API server out of reach, or a restarted container whose Pod still says leader) the
+		// Service could route reports to it.
+		o.FollowerReady = func() bool { r, _ := k.landed.Load().(string); return r == RoleFollower }
+	}
 	o.Collectors = append(o.Collectors, k.Auth.Collectors()...)
 	o.Collectors = append(o.Collectors, k.Nodes.Collectors()...)
 }
@@ -202,6 +210,11 @@ func (k *Kubernetes) Apply(o *Options) {
 func (k *Kubernetes) Start(ctx context.Context) error {
 	if err := k.checkRights(ctx); err != nil {
 		return err
+	}
+	if k.cfg.PodName != "" {
+		if err := k.writeRole(ctx, RoleFollower, true); err != nil {
+			return fmt.Errorf("kubernetes: --pod-name (or $POD_NAME) must name this replica's Pod in %s: %w", k.cfg.Namespace, err)
+		}
 	}
 	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	k.stopInformers = cancel
@@ -269,6 +282,8 @@ func (k *Kubernetes) Serve(ctx context.Context, srv *Server, ln net.Listener) er
 }
 
 // setRole asks labelRoles to label this replica's Pod as leading or not; the latest ask wins.
+// It has one caller at a time (Serve before the election starts, then the election's Run), so
+// its send never waits for long: only for labelRoles to take the ask it just replaced.
 func (k *Kubernetes) setRole(leading bool) {
 	if k.cfg.PodName == "" {
 		return
@@ -284,50 +299,71 @@ func (k *Kubernetes) setRole(leading bool) {
 	k.role <- role
 }
 
-// labelRoles writes the asked role onto this replica's Pod, retrying a failed write every
-// second until it lands or a newer ask replaces it. Until the leader's label lands the
-// Service routes to no replica, and agents keep their leases (leaseTTL) meanwhile. When ctx
-// ends it writes an ask still pending once more, so a replica that stops says follower.
+// labelRoles writes the asked role onto this replica's Pod, retrying a failed write (after 1
+// s, doubling to 30 s) until it lands or a newer ask replaces it. Until the leader's label
+// lands the Service routes to no replica, and agents keep their leases (leaseTTL) meanwhile.
+// When ctx ends it writes an ask still pending once more, so a replica that stops says
+// follower.
 func (k *Kubernetes) labelRoles(ctx context.Context) {
-	var pending string
+	const firstRetry, lastRetry = time.Second, 30 * time.Second
+	var pending, lastErr string
+	wait := firstRetry
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	pod := k.cfg.Namespace + "/" + k.cfg.PodName
 	for {
 		select {
 		case pending = <-k.role:
+			wait = firstRetry
 		case <-retry.C:
 		case <-ctx.Done():
 			select {
 			case pending = <-k.role:
 			default:
 			}
-			if pending != "" {
-				_ = k.writeRole(context.Background(), pending)
+			if pending == "" {
+				return
+			}
+			if err := k.writeRole(context.Background(), pending, false); err != nil {
+				k.log.Warn("stopping: cannot label this replica's Pod", "pod", pod, "role", pending, "err", err)
 			}
 			return
 		}
 		if pending == "" {
 			continue
 		}
-		if err := k.writeRole(ctx, pending); err != nil {
-			k.log.Warn("cannot label this replica's Pod; retrying", "pod", k.cfg.Namespace+"/"+k.cfg.PodName, "role", pending, "err", err)
-			retry.Reset(time.Second)
+		if err := k.writeRole(ctx, pending, false); err != nil {
+			if msg := err.Error(); msg != lastErr { // once per kind of failure, not every retry
+				k.log.Warn("cannot label this replica's Pod; retrying", "pod", pod, "role", pending, "err", err)
+				lastErr = msg
+			}
+			retry.Reset(wait)
+			wait = min(2*wait, lastRetry)
 			continue
 		}
-		pending = ""
+		pending, lastErr = "", ""
 	}
 }
 
-func (k *Kubernetes) writeRole(ctx context.Context, role string) error {
+// writeRole labels this replica's Pod with role; dryRun only asks the API server whether it
+// could (the Pod exists, the rights hold).
+func (k *Kubernetes) writeRole(ctx context.Context, role string, dryRun bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	opts := metav1.PatchOptions{FieldManager: "tidal-arbiter"}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
 	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, RoleLabel, role)
-	_, err := k.cs.CoreV1().Pods(k.cfg.Namespace).Patch(ctx, k.cfg.PodName, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "tidal-arbiter"})
-	if err == nil {
+	if _, err := k.cs.CoreV1().Pods(k.cfg.Namespace).Patch(ctx, k.cfg.PodName, types.MergePatchType, []byte(patch), opts); err != nil {
+		return err
+	}
+	if !dryRun {
+		k.landed.Store(role)
 		k.log.Info("labelled this replica's Pod", "pod", k.cfg.Namespace+"/"+k.cfg.PodName, RoleLabel, role)
 	}
-	return err
+	return nil
 }
 
 // checkRights asks the API server (SelfSubjectAccessReviews) whether the arbiter may do what

@@ -448,7 +448,10 @@ func TestServerLeadershipAndNodeLabels(t *testing.T) {
 	clock := &fakeClock{t: night(t)}
 	leader := &fakeLeader{}
 	labels := nodeLabels{"node-a": {"pool": "gpu"}, "node-b": {"pool": "cpu"}}
-	a := startArbiter(t, dir, clock, func(o *Options) { o.Leadership = leader; o.NodeLabels = labels })
+	var labelledFollower atomic.Bool // what the Pod's role label says, in kubernetes mode
+	a := startArbiter(t, dir, clock, func(o *Options) {
+		o.Leadership, o.NodeLabels, o.FollowerReady = leader, labels, labelledFollower.Load
+	})
 	ctx := context.Background()
 
 	var apiErr *arbiterapi.APIError
@@ -463,6 +466,25 @@ func TestServerLeadershipAndNodeLabels(t *testing.T) {
 	}
 	if code := a.get("/healthz", "", nil); code != http.StatusOK {
 		t.Errorf("follower /healthz: %d", code)
+	}
+	// A follower's 503 closes the connection: an agent's next report, on a new one, goes
+	// where the Service points now.
+	resp, err := http.Get(a.url + "/v1/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+		t.Errorf("follower GET /v1/nodes: %d, connection closed %v; want 503 and Connection: close", resp.StatusCode, resp.Close)
+	}
+	// Once its Pod says follower, the follower is Ready (every replica is, for the rollout),
+	// and still decides nothing.
+	labelledFollower.Store(true)
+	if code := a.get("/readyz", "", nil); code != http.StatusOK {
+		t.Errorf("labelled follower /readyz: %d, want 200", code)
+	}
+	if code := a.get("/v1/nodes", "node-a", nil); code != http.StatusServiceUnavailable {
+		t.Errorf("labelled follower GET /v1/nodes: %d, want 503", code)
 	}
 	if !strings.Contains(a.getText("/metrics"), "tidal_arbiter_leader 0") {
 		t.Error("metrics: want tidal_arbiter_leader 0")

@@ -57,14 +57,14 @@ type Options struct {
 	// labels its report claims (Kubernetes: the Node object's, which an agent cannot set).
 	NodeLabels NodeLabeler
 	// Leadership, when set, makes the server one of several replicas of which only the leader
-	// decides: followers answer 503 (reports, views, and /readyz unless FollowersReady) and
+	// decides: followers answer 503 (reports, views, and /readyz unless FollowerReady) and
 	// save nothing, and the leader restores the leases from the Store when it starts leading
 	// (Lead).
 	Leadership Leadership
-	// FollowersReady: /readyz answers 200 on a follower too, where something other than
-	// readiness routes reports to the leader (Kubernetes: a label on the leader's Pod), so
-	// that every replica counts as available and a rollout completes.
-	FollowersReady bool
+	// FollowerReady, when set, makes /readyz answer 200 on a follower while it says true:
+	// where something other than readiness routes reports to the leader (Kubernetes: a label
+	// on the leader's Pod), every replica then counts as available and a rollout completes.
+	FollowerReady func() bool
 	// Collectors are more metrics served on /metrics (those of the Kubernetes parts).
 	Collectors []prometheus.Collector
 }
@@ -481,6 +481,9 @@ func (s *Server) writeNotLeader(w http.ResponseWriter) {
 		leader = "not known yet"
 	}
 	w.Header().Set("Retry-After", "2")
+	// An agent's next report must not come back here on its kept-alive connection: the
+	// Service sends a new one to the leader.
+	w.Header().Set("Connection", "close")
 	writeError(w, http.StatusServiceUnavailable, arbiterapi.FieldErrors{{Msg: fmt.Sprintf(
 		"this arbiter replica is not the leader (the leader is %s): only the leader decides; the Service routes to it once it is ready", yamlconf.Clip(leader))}})
 }
@@ -536,12 +539,12 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleReady is GET /readyz: 200 on the replica that decides; on a follower 503, so that a
-// Service routes to the leader only, or 200 where FollowersReady.
+// Service routes to the leader only, or 200 where FollowerReady says so.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.leading():
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "leader": true})
-	case s.opts.FollowersReady:
+	case s.opts.FollowerReady != nil && s.opts.FollowerReady():
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "leader": false})
 	default:
 		s.writeNotLeader(w)

@@ -52,7 +52,8 @@ func NewView() *View {
 }
 
 // Accept records a validated report received at now, decides the node's lease under p and
-// returns it with its JSON encoding. Only the reporting node's entry changes.
+// returns it with its JSON encoding. Only the reporting node's entry changes (and what the
+// view counts as lent drops the grants that have ended by now).
 func (v *View) Accept(p *Policy, now time.Time, r arbiterapi.Report, ttl time.Duration) (arbiterapi.Lease, []byte) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -96,8 +97,13 @@ func (v *View) count(e *nodeEntry, now time.Time) {
 	e.counted = e.Lease.Active(now)
 	for _, g := range e.counted {
 		v.lent[g.Queue] = v.lent[g.Queue].Add(g.Resources())
-		if v.nextEnd.IsZero() || g.Until.Before(v.nextEnd) {
-			v.nextEnd = g.Until
+		// A grant ends at its Until or with its lease (a restored lease may say later).
+		end := g.Until
+		if e.Lease.Expires.Before(end) {
+			end = e.Lease.Expires
+		}
+		if v.nextEnd.IsZero() || end.Before(v.nextEnd) {
+			v.nextEnd = end
 		}
 	}
 }
@@ -127,7 +133,7 @@ func (v *View) settle(now time.Time) {
 		v.uncount(e)
 		v.count(e, now)
 	}
-	v.changes++
+	// Not a change: lent is not saved, and the leases are as they were.
 }
 
 // Sweep stops counting grants that have ended and drops nodes that have not reported for

@@ -221,3 +221,21 @@ rules:
 		t.Errorf("node b at 08:00:05: queue-1 %dm, queue-2 %dm; want queue-1, lent nothing since 08:00 and short of its 8000m guarantee, served first: 8000m and 0m", g1.MilliCPU, g2.MilliCPU)
 	}
 }
+
+// A restored lease whose grant says it lasts past the lease's own expiry (a Node annotation
+// more than the arbiter writes) stops counting as lent when the lease expires.
+func TestRestoredGrantEndsWithItsLease(t *testing.T) {
+	t0 := time.Date(2026, 6, 11, 12, 0, 0, 0, time.UTC)
+	v := NewView()
+	v.Restore([]SavedLease{{Received: t0, Lease: arbiterapi.Lease{
+		Node: "a", Generation: 1, Issued: t0, Expires: t0.Add(30 * time.Second),
+		Grants: []arbiterapi.Grant{{Queue: "queue-1", MilliCPU: 8000, Until: t0.Add(time.Hour)}},
+	}}}, t0, 2*time.Minute)
+	if got := v.lent["queue-1"]; got.MilliCPU != 8000 {
+		t.Fatalf("restored: queue-1 lent %+v, want 8000m", got)
+	}
+	v.Sweep(t0.Add(31*time.Second), 2*time.Minute)
+	if got := v.lent["queue-1"]; !got.IsZero() {
+		t.Errorf("after the lease expired queue-1 still counts %+v as lent", got)
+	}
+}

@@ -90,8 +90,9 @@ func digits(s string) bool {
 func loadZone(zone string) (*time.Location, error) {
 	switch zone {
 	case "", "Local", "localtime", "posixrules", "Factory":
-		// The host's own zone under other names (zoneinfo's localtime links to /etc/localtime):
-		// a policy must mean the same hours on every arbiter host.
+		// The host's own zone (Local; zoneinfo's localtime links to /etc/localtime), the zone
+		// rules for POSIX TZ strings and a placeholder zone: none names a place, and a policy
+		// must mean the same hours on every arbiter host.
 		return nil, fmt.Errorf("%q is not allowed: want an IANA time zone such as \"Europe/Berlin\" or \"UTC\"", zone)
 	}
 	loc, err := time.LoadLocation(zone)
