@@ -197,10 +197,10 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		return nil, err
 	}
 	if !cfg.CPU.ReservedSystemCPUs.IsSubsetOf(topo.AllCPUs()) {
-		return nil, &config.Error{Key: "cpu.reservedSystemCPUs", Msg: fmt.Sprintf("%s: not all of them are online CPUs (%s)", cfg.CPU.ReservedSystemCPUs, topo.AllCPUs())}
+		return nil, config.KeyErrorf("cpu.reservedSystemCPUs", "%s: not all of them are online CPUs (%s)", cfg.CPU.ReservedSystemCPUs, topo.AllCPUs())
 	}
 	if topo.AllCPUs().Difference(cfg.CPU.ReservedSystemCPUs).IsEmpty() {
-		return nil, &config.Error{Key: "cpu.reservedSystemCPUs", Msg: fmt.Sprintf("%s: reserves every CPU, none is left for workloads", cfg.CPU.ReservedSystemCPUs)}
+		return nil, config.KeyErrorf("cpu.reservedSystemCPUs", "%s: reserves every CPU, none is left for workloads", cfg.CPU.ReservedSystemCPUs)
 	}
 	writer, err := isolation.NewWriter(layout, log)
 	if err != nil {

@@ -34,7 +34,7 @@ func resolveIODisks(cfg config.IO, sysRoot string) ([]ioDisk, error) {
 	if cfg.NodeDisks {
 		disks, err := metrics.WholeDisks(sysRoot)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("io.nodeDisks: %w", err)
+			return nil, config.KeyErrorf("io.nodeDisks", "%v", err)
 		}
 		for _, d := range disks {
 			index[d.Device] = len(out)
@@ -44,11 +44,11 @@ func resolveIODisks(cfg config.IO, sysRoot string) ([]ioDisk, error) {
 	for _, c := range cfg.Devices {
 		dev, err := config.DeviceNumber(c.Device)
 		if err != nil {
-			return nil, fmt.Errorf("io.devices: %w", err)
+			return nil, config.KeyErrorf("io.devices", "%v", err)
 		}
 		d, err := metrics.DiskByDevice(sysRoot, dev)
 		if err != nil {
-			return nil, fmt.Errorf("io.devices: %s: %w (name a whole disk, not a partition)", c.Device, err)
+			return nil, config.KeyErrorf("io.devices", "%s: %v (name a whole disk, not a partition)", c.Device, err)
 		}
 		i, ok := index[dev]
 		if !ok {

@@ -42,7 +42,7 @@ func newLeasing(cfg config.Config) (*leasing, error) {
 	}
 	labels, err := config.ParseLabels(cfg.Arbiter.NodeLabels)
 	if err != nil {
-		return nil, fmt.Errorf("arbiter.nodeLabels: %w", err)
+		return nil, config.KeyErrorf("arbiter.nodeLabels", "%v", err)
 	}
 	l := &leasing{
 		client:    &arbiterapi.Client{URL: cfg.Arbiter.URL, NodeName: cfg.NodeName},
@@ -59,14 +59,14 @@ func newLeasing(cfg config.Config) (*leasing, error) {
 func (l *leasing) refreshToken() error {
 	st, err := os.Stat(l.tokenFile)
 	if err != nil {
-		return fmt.Errorf("arbiter.tokenFile: %w", err)
+		return config.KeyErrorf("arbiter.tokenFile", "%v", err)
 	}
 	if st.ModTime().Equal(l.tokenMod) && l.client.Token != "" {
 		return nil
 	}
 	token, err := os.ReadFile(l.tokenFile)
 	if err != nil {
-		return fmt.Errorf("arbiter.tokenFile: %w", err)
+		return config.KeyErrorf("arbiter.tokenFile", "%v", err)
 	}
 	if t := strings.TrimSpace(string(token)); t != "" {
 		l.client.Token, l.tokenMod = t, st.ModTime()

@@ -574,6 +574,13 @@ func parseYAML(name string, data []byte) (*yaml.Node, error) {
 	return root, nil
 }
 
+// KeyErrorf is a problem with key that only the host shows, found after the file was read (at
+// start: a disk that is not there, a token file that cannot be read). PlaceInFile points it at
+// the line that set the key.
+func KeyErrorf(key, format string, args ...any) error {
+	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
 // PlaceInFile gives a problem that names a key but no file (one found only at start, such as
 // reserved CPUs that are not online) the file and line where the config file at path sets that
 // key, so the operator is pointed at the line to change as with any other problem. err is a

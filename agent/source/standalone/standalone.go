@@ -241,7 +241,8 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	if req.GPUs > 0 && tier != qos.Dedicated && tier != qos.Reclaimed {
 		return state.Spec{}, refuse(400, "--gpus applies to dedicated (own GPUs) and reclaimed (lent GPUs) work, not %s", tier)
 	}
-	if req.CPUBurstPercent != nil { // a burst is a share of a CPU cap: without one it does nothing
+	// A burst is a share of a CPU cap: without one it would do nothing (0, none, says so).
+	if req.CPUBurstPercent != nil && *req.CPUBurstPercent != 0 {
 		const what = "--cpu-burst-percent %d: a burst is a share of the CPU cap --cpus sets on shared and system work; "
 		switch {
 		case tier == qos.Dedicated:

@@ -24,7 +24,7 @@ func TestParentOf(t *testing.T) {
 // annotations they become, and without the fallback a pod would get (the request is refused).
 func TestRefusalsNameTheFlags(t *testing.T) {
 	s := &Source{opts: Options{Root: "tidal", CPUs: 2}}
-	burst, fifty, priority, probe := int32(200), int32(50), int32(3), "http://127.0.0.1:8080/"
+	burst, fifty, none, priority, probe := int32(200), int32(50), int32(0), int32(3), "http://127.0.0.1:8080/"
 	for _, c := range []struct {
 		req  AdmitRequest
 		want string
@@ -54,6 +54,7 @@ func TestRefusalsNameTheFlags(t *testing.T) {
 		{Tier: "shared", CPUs: 1, CPUBurstPercent: &fifty},
 		{Tier: "system", CPUs: 1, CPUBurstPercent: &fifty},
 		{Tier: "reclaimed", ReclaimPriority: &priority},
+		{Tier: "shared", CPUBurstPercent: &none}, // no burst: what it gets without a cap anyway
 	} {
 		ok.Name, ok.PID = "job", 1
 		if _, err := s.spec(ok, 0); err != nil {
