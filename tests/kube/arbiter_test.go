@@ -602,6 +602,16 @@ func TestArbiterLabelsTheLeadersPod(t *testing.T) {
 	if _, err := follower.report("node-a", tok, nil); err != nil {
 		t.Errorf("report to the new leader: %v", err)
 	}
+
+	// A Pod name that names no Pod stops the start, saying so.
+	runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, tidalBin, "arbiter", "--config", filepath.Join(e.dir, "a.yaml"), "--pod-name", "no-such-pod")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--pod-name (or $POD_NAME) must name this replica's Pod in tidal-system") {
+		t.Errorf("an arbiter naming no Pod: %v\n%s", err, tail(string(out), 10))
+	}
 }
 
 // The policy comes from the ConfigMap: an update is picked up; an invalid one is refused whole
