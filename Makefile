@@ -60,9 +60,9 @@ lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) vet ./...
 
-# The colocation benchmark on this host, as root (about two hours): three online servers (nginx
-# and Apache httpd, installed by scripts/bench-tools.sh, and the Go one) through fifteen scenarios interleaved over
-# three rounds, then the agent's overhead with 200 workloads. Writes results.md,
+# The colocation benchmark on this host, as root (about two and a half hours): four online servers
+# (nginx, Apache httpd and Redis, installed by scripts/bench-tools.sh, and the Go one) through
+# fifteen scenarios interleaved over three rounds, then the agent's overhead with 200 workloads. Writes results.md,
 # results.json and a plot per scenario into bench-results/ (docs/benchmark.md).
 bench:
 	./scripts/bench-tools.sh

@@ -29,7 +29,7 @@ func runWorkload(ctx context.Context, args []string) error {
 		}
 		return workload.RunServer(ctx, workload.ServerConfig{Addr: *addr, WorkPerRequest: *work, Report: *report}, nil, os.Stdout)
 	case "loadgen":
-		url := fs.String("url", "http://127.0.0.1:8080/work", "URL to load")
+		url := fs.String("url", "http://127.0.0.1:8080/work", "URL to load: http://HOST:PORT/PATH, or redis://HOST:PORT/COMMAND/ARG/... for a Redis command")
 		phases := fs.String("phases", "low:20s@150,spike:20s@600,low:20s@150", "name:duration@rps[-endrps],...")
 		conns := fs.Int("connections", 0, "persistent connections (0: from the peak rate)")
 		gzip := fs.Bool("gzip", false, "ask for gzip-compressed responses (Accept-Encoding: gzip)")

@@ -17,7 +17,7 @@ import (
 // close".
 
 var (
-	errStatus    = errors.New("non-2xx status")
+	errStatus    = errors.New("non-2xx status or Redis error reply")
 	errMalformed = errors.New("malformed HTTP response")
 )
 
@@ -33,9 +33,12 @@ var (
 	bKeepAlive        = []byte("keep-alive")
 )
 
+// target is what a load generator's worker sends on its connection, and how it reads the
+// answer: ok means a successful response (2xx, or a Redis reply that is no error).
 type target struct {
 	hostport string
 	request  []byte
+	exchange func(c net.Conn, br *bufio.Reader, req []byte) (ok, keep bool, err error)
 }
 
 func parseTarget(raw string, gzip bool) (*target, error) {
@@ -43,8 +46,15 @@ func parseTarget(raw string, gzip bool) (*target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: bad URL %q: %v", raw, err)
 	}
-	if u.Scheme != "http" {
-		return nil, fmt.Errorf("loadgen: URL %q: only http:// is supported", raw)
+	switch u.Scheme {
+	case "http":
+	case "redis":
+		if gzip {
+			return nil, fmt.Errorf("loadgen: URL %q: gzip is for http:// only", raw)
+		}
+		return parseRedisTarget(u)
+	default:
+		return nil, fmt.Errorf("loadgen: URL %q: only http:// and redis:// are supported", raw)
 	}
 	if u.Host == "" {
 		return nil, fmt.Errorf("loadgen: URL %q has no host", raw)
@@ -60,7 +70,13 @@ func parseTarget(raw string, gzip bool) (*target, error) {
 	}
 	req := "GET " + path + " HTTP/1.1\r\nHost: " + u.Host +
 		"\r\nUser-Agent: tidal-loadgen\r\nAccept: */*\r\n" + accept + "\r\n"
-	return &target{hostport: hp, request: []byte(req)}, nil
+	return &target{hostport: hp, request: []byte(req), exchange: httpExchange}, nil
+}
+
+// httpExchange is one HTTP request and response; ok for a 2xx status.
+func httpExchange(c net.Conn, br *bufio.Reader, req []byte) (ok, keep bool, err error) {
+	code, keep, err := roundTrip(c, br, req)
+	return code >= 200 && code <= 299, keep, err
 }
 
 // roundTrip writes the request and reads one response from br. It returns

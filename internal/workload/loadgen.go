@@ -15,7 +15,8 @@ import (
 
 // LoadGenConfig configures RunLoadGen.
 type LoadGenConfig struct {
-	// URL to GET, http:// only (e.g. "http://127.0.0.1:8080/work?cpu=1.5ms").
+	// URL to GET (e.g. "http://127.0.0.1:8080/work?cpu=1.5ms"), or a Redis command to send,
+	// its arguments as the path's segments (e.g. "redis://127.0.0.1:6379/SINTER/a/b").
 	URL string
 	// Gzip asks for compressed responses (Accept-Encoding: gzip), as browsers do: a real web
 	// server then compresses each response, which is its CPU work per request.
@@ -149,7 +150,7 @@ func (w *lgWorker) stop() {
 }
 
 // do sends one request on the worker's connection, dialing if needed, and
-// reports whether it succeeded with a 2xx. It does not allocate once the
+// reports whether it succeeded (a 2xx, or a Redis reply that is no error). It does not allocate once the
 // connection is up.
 func (w *lgWorker) do(ctx context.Context) (bool, error) {
 	if w.c == nil {
@@ -168,14 +169,14 @@ func (w *lgWorker) do(ctx context.Context) (bool, error) {
 		w.drop()
 		return false, err
 	}
-	code, keep, err := roundTrip(w.c, w.br, w.tgt.request)
+	ok, keep, err := w.tgt.exchange(w.c, w.br, w.tgt.request)
 	if err != nil || !keep {
 		w.drop()
 	}
 	if err != nil {
 		return false, err
 	}
-	if code < 200 || code > 299 {
+	if !ok {
 		return false, errStatus
 	}
 	return true, nil

@@ -579,3 +579,65 @@ func TestMemoryHogReachesTarget(t *testing.T) {
 		t.Errorf("final %+v", final)
 	}
 }
+
+func TestRESPRoundTripParsing(t *testing.T) {
+	cases := []struct {
+		reply    string
+		ok, fail bool
+	}{
+		{"+OK\r\nNEXT", true, false},
+		{":42\r\nNEXT", true, false},
+		{"$5\r\nhello\r\nNEXT", true, false},
+		{"$-1\r\nNEXT", true, false},
+		{"*3\r\n$1\r\na\r\n:7\r\n*1\r\n+x\r\nNEXT", true, false},
+		{"*-1\r\nNEXT", true, false},
+		{"-ERR wrong number of arguments\r\nNEXT", false, false},
+		{"*2\r\n+a\r\n-WRONGTYPE\r\nNEXT", false, false},
+		{"garbage\r\n", false, true},
+		{"$x\r\n", false, true},
+		{"+OK\n", false, true},
+		{"$5\r\nhel", false, true},
+		{strings.Repeat("*1\r\n", maxRESPDepth+1) + "+x\r\n", false, true},
+	}
+	for _, c := range cases {
+		client, server := net.Pipe()
+		go func() {
+			io.Copy(io.Discard, io.LimitReader(server, 10))
+			server.Write([]byte(c.reply))
+			server.Close()
+		}()
+		br := bufio.NewReader(client)
+		ok, keep, err := respRoundTrip(client, br, []byte("0123456789"))
+		if (err != nil) != c.fail || ok != c.ok || keep != !c.fail {
+			t.Errorf("%q: ok=%v keep=%v err=%v", c.reply, ok, keep, err)
+		}
+		if !c.fail {
+			rest, _ := io.ReadAll(br)
+			if string(rest) != "NEXT" {
+				t.Errorf("%q: reply not consumed exactly, left %q", c.reply, rest)
+			}
+		}
+		client.Close()
+	}
+}
+
+func TestRedisTargetEncodesThePathAsACommand(t *testing.T) {
+	tgt, err := parseTarget("redis://127.0.0.1/SINTER/a%2Fb/c", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tgt.hostport != "127.0.0.1:6379" {
+		t.Errorf("host %q, want the default port", tgt.hostport)
+	}
+	if want := "*3\r\n$6\r\nSINTER\r\n$3\r\na/b\r\n$1\r\nc\r\n"; string(tgt.request) != want {
+		t.Errorf("request %q, want %q", tgt.request, want)
+	}
+	for _, bad := range []string{"redis://127.0.0.1:6379/", "redis:///PING", "redis://127.0.0.1/%zz"} {
+		if _, err := parseTarget(bad, false); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+	if _, err := parseTarget("redis://127.0.0.1/PING", true); err == nil {
+		t.Error("gzip on a redis:// URL: no error")
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -320,24 +319,31 @@ func (r *scenarioRun) startServer(ctx context.Context) (*proc, string, error) {
 	}
 	var runFlags []string
 	if r.sc.sloProbe {
-		runFlags = []string{"--slo-probe", "http://" + addr + r.server.path, "--slo-latency", r.b.opts.probeLatency.String()}
+		if r.server.proto != "http" {
+			return nil, "", fmt.Errorf("scenario %s probes the online service over HTTP; %s speaks %s", r.sc.Name, r.server.Name, r.server.proto)
+		}
+		runFlags = []string{"--slo-probe", r.server.loadURL(addr), "--slo-latency", r.b.opts.probeLatency.String()}
 	}
 	p, err := r.startCommand(serverWorkload, "shared", r.sub("online"), runFlags, argv)
 	if err != nil {
 		return nil, "", err
 	}
-	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(healthyTimeout)
 	for {
-		resp, err := client.Get("http://" + addr + "/healthz")
+		err := r.server.answers(ctx, addr)
 		if err == nil {
-			resp.Body.Close()
-			return p, addr, nil
+			break
 		}
 		if !p.running() || time.Now().After(deadline) || !sleepCtx(ctx, 50*time.Millisecond) {
 			return nil, "", fmt.Errorf("online service did not answer on %s: %v; last lines of its log:\n%s", addr, err, p.logTail(10))
 		}
 	}
+	if r.server.seed != nil {
+		if err := r.server.seed(ctx, addr); err != nil {
+			return nil, "", fmt.Errorf("online service on %s: filling it with data: %w", addr, err)
+		}
+	}
+	return p, addr, nil
 }
 
 // startOffline starts the CPU burner and the cache antagonist.
@@ -356,7 +362,7 @@ func (r *scenarioRun) startOffline() (burner, antagonist *proc, err error) {
 // cgroup in every scenario (never through the agent: it is the measuring instrument).
 func (r *scenarioRun) startLoadgen(addr string) (*proc, error) {
 	return r.startWorkload("loadgen", "", r.sub("loadgen"),
-		"loadgen", "--url", "http://"+addr+r.server.path, "--gzip="+strconv.FormatBool(r.server.gzip), "--phases", phaseSpec(r.server.phases(r.b.opts)))
+		"loadgen", "--url", r.server.loadURL(addr), "--gzip="+strconv.FormatBool(r.server.gzip), "--phases", phaseSpec(r.server.phases(r.b.opts)))
 }
 
 // cleanup stops whatever still runs (the agent last), the samplers, and removes the run's

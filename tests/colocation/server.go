@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math/rand"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidalqos/tidal/internal/workload"
 )
@@ -16,9 +21,14 @@ import (
 type onlineServer struct {
 	Name  string
 	About string
-	// path is what the load generator GETs; gzip asks for compressed responses.
-	path string
-	gzip bool
+	// proto is how the load generator speaks to it: "http" (it GETs path; gzip asks for
+	// compressed responses) or "redis" (it sends the command path names, as
+	// redis://HOST:PORT/COMMAND/ARG/...).
+	proto string
+	path  string
+	gzip  bool
+	// seed, where set, gives the server the data its requests read, once it answers.
+	seed func(ctx context.Context, addr string) error
 	// loadScale scales the day's request rates for this server (0: 1), so that each server
 	// alone keeps up with the spike, near the same share of the node.
 	loadScale float64
@@ -28,16 +38,40 @@ type onlineServer struct {
 }
 
 var servers = []onlineServer{
-	{Name: "go", About: "tidal's Go HTTP server, CPU work per request (-work)", path: "/work",
+	{Name: "go", About: "tidal's Go HTTP server, CPU work per request (-work)", proto: "http", path: "/work",
 		command: func(b *bench, _, addr string) ([]string, error) {
 			return []string{b.tidal, "workload", "server", "--addr", addr, "--work", b.opts.work.String()}, nil
 		}},
 	{Name: "nginx", About: "nginx from Debian's packages (4 workers) serving a 64 KiB text page, gzip-compressed (level 6) for every request",
-		path: "/page.txt", gzip: true, command: nginxCommand},
+		proto: "http", path: "/page.txt", gzip: true, command: nginxCommand},
 	// At the full day's rates Apache alone used about 30% more CPU than nginx and saturated
 	// the node at the spike (its p99 there 16-75 ms against nginx's 6-8; 2026-12-04).
 	{Name: "apache", About: "Apache httpd from Debian's packages (mpm_event with Debian's thread pool: 25 threads a process) serving the same page, gzip-compressed (mod_deflate, level 6), at 3/4 of the day's request rates (it needs about 30% more CPU a request than nginx)",
-		path: "/page.txt", gzip: true, loadScale: 0.75, command: apacheCommand},
+		proto: "http", path: "/page.txt", gzip: true, loadScale: 0.75, command: apacheCommand},
+	// A database, single-threaded where the web servers run several workers. SINTER of two
+	// sets of 4000 members sharing 2000 ("the followers two users have in common") takes about
+	// 0.55 ms of the server's thread on an Intel Xeon of this kind, so the day's rates keep
+	// it well under one CPU.
+	{Name: "redis", About: "Redis from Debian's packages (one thread, no persistence) answering SINTER of two sets of 4000 members with 2000 in common (about 0.55 ms of server CPU each)",
+		proto: "redis", path: "/SINTER/followers:a/followers:b", command: redisCommand, seed: seedRedis},
+}
+
+// loadURL is what the load generator asks the server at addr for.
+func (s onlineServer) loadURL(addr string) string { return s.proto + "://" + addr + s.path }
+
+// answers checks once that the server at addr answers: /healthz over HTTP, PING over Redis.
+func (s onlineServer) answers(ctx context.Context, addr string) error {
+	if s.proto == "redis" {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return workload.RedisCommands(ctx, addr, []string{"PING"})
+	}
+	client := &http.Client{Timeout: time.Second}
+	resp, err := client.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
 }
 
 // phases are the day's phases at this server's request rates.
@@ -163,6 +197,47 @@ MaxConnectionsPerChild 0
 		return nil, err
 	}
 	return []string{bin, "-f", path, "-DFOREGROUND"}, nil
+}
+
+// redisCommand writes a Redis config into dir: in the foreground, on loopback, no snapshots and
+// no append-only file (a cache-like database: nothing on disk during the day).
+func redisCommand(_ *bench, dir, addr string) ([]string, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server is missing (scripts/bench-tools.sh installs it): %w", err)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf(`bind %s
+port %s
+daemonize no
+save ""
+appendonly no
+dir %s
+logfile %s/redis.log
+`, host, port, dir, dir)
+	path := filepath.Join(dir, "redis.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	return []string{bin, path}, nil
+}
+
+// seedRedis fills the two follower sets the load intersects.
+func seedRedis(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	members := func(key string, from, to int) []string {
+		cmd := []string{"SADD", key}
+		for i := from; i < to; i++ {
+			cmd = append(cmd, "user:"+strconv.Itoa(i))
+		}
+		return cmd
+	}
+	return workload.RedisCommands(ctx, addr, []string{"FLUSHALL"},
+		members("followers:a", 0, 4000), members("followers:b", 2000, 6000))
 }
 
 // prepareServer finds a third-party server's binary and writes what it serves into dir/www:
