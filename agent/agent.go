@@ -180,6 +180,9 @@ func (a *Agent) Close() {
 		a.claim.release()
 		_ = a.gpuSource.Close()
 		a.starvationMeter.Close()
+		if a.pods != nil {
+			a.pods.Close()
+		}
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,6 +72,7 @@ type Client struct {
 	log         *slog.Logger
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
+	closeOnce   sync.Once
 	// publishedQueues are the queue labels last set on the Node, first read from it
 	// (queueLabelsRead); PublishNode's caller serializes calls.
 	publishedQueues []string
@@ -103,11 +105,17 @@ func splitName(s string) (string, string, bool) {
 	return "", "", false
 }
 
-// Run watches this node's pods and the tier policy and hands them to h until ctx is done.
-// A lost API server is retried by the informers; local enforcement never waits on it.
+// Close stops the event broadcaster, whose goroutine runs from NewClient on: Run closes the
+// client when it returns; a client that never runs (an agent whose start failed) must be
+// closed by its owner. Events recorded after Close are dropped. Closing again does nothing.
+func (c *Client) Close() { c.closeOnce.Do(c.broadcaster.Shutdown) }
+
+// Run watches this node's pods and the tier policy and hands them to h until ctx is done,
+// then closes the client. A lost API server is retried by the informers; local enforcement
+// never waits on it.
 func (c *Client) Run(ctx context.Context, h Handler) {
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.cs.CoreV1().Events("")})
-	defer c.broadcaster.Shutdown()
+	defer c.Close()
 
 	// Both informers' callbacks go through one channel, so h is called from this goroutine
 	// only; a callback gives up once ctx is done, so the informers can shut down.

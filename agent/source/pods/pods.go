@@ -89,6 +89,9 @@ func New(opts Options) *Source {
 // Name implements source.Source.
 func (s *Source) Name() string { return Name }
 
+// Close lets go of the API client of a source that will not run (Run closes it itself).
+func (s *Source) Close() { s.opts.Client.Close() }
+
 // Run watches this node's pods and publishes the node's capacity until ctx is done.
 func (s *Source) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
