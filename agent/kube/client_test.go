@@ -12,11 +12,12 @@ import (
 )
 
 // broadcasterLoops counts the goroutines of event broadcasters: the one a Client starts in
-// NewClient, whether it runs or not.
+// NewClient, whether it runs or not. Counted by their creator, which a goroutine's trace
+// names whether it has started yet or not.
 func broadcasterLoops() int {
 	buf := make([]byte, 1<<20)
 	n := runtime.Stack(buf, true)
-	return bytes.Count(buf[:n], []byte("watch.(*Broadcaster).loop"))
+	return bytes.Count(buf[:n], []byte("created by k8s.io/apimachinery/pkg/watch.NewLongQueueBroadcaster"))
 }
 
 // A client that never runs (the agent's start failed after making it) leaves no goroutine
