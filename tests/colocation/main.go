@@ -187,8 +187,14 @@ func (o options) validate(extra int) error {
 		}
 	}
 	for _, s := range o.scenarios {
-		if _, ok := scenarioByName(s); !ok {
+		sc, ok := scenarioByName(s)
+		if !ok {
 			return fmt.Errorf("-scenarios: unknown scenario %q (want some of %s)", s, strings.Join(scenarioNames(anyScenario), ", "))
+		}
+		for _, name := range o.servers {
+			if srv, _ := serverByName(name); sc.sloProbe && srv.proto != "http" {
+				return fmt.Errorf("-scenarios %s probes the online service over HTTP, and -servers %s speaks %s: run them apart", s, name, srv.proto)
+			}
 		}
 	}
 	return nil

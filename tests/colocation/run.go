@@ -319,9 +319,6 @@ func (r *scenarioRun) startServer(ctx context.Context) (*proc, string, error) {
 	}
 	var runFlags []string
 	if r.sc.sloProbe {
-		if r.server.proto != "http" {
-			return nil, "", fmt.Errorf("scenario %s probes the online service over HTTP; %s speaks %s", r.sc.Name, r.server.Name, r.server.proto)
-		}
 		runFlags = []string{"--slo-probe", r.server.loadURL(addr), "--slo-latency", r.b.opts.probeLatency.String()}
 	}
 	p, err := r.startCommand(serverWorkload, "shared", r.sub("online"), runFlags, argv)
