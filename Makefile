@@ -60,10 +60,11 @@ lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))"
 	$(GO) vet ./...
 
-# The colocation benchmark on this host, as root (about two and a half hours): four online servers
-# (nginx, Apache httpd and Redis, installed by scripts/bench-tools.sh, and the Go one) through
-# fifteen scenarios interleaved over three rounds, then the agent's overhead with 200 workloads. Writes results.md,
-# results.json and a plot per scenario into bench-results/ (docs/benchmark.md).
+# The colocation benchmark on this host, as root (about four hours: 4 servers x 16 scenarios x 3
+# rounds of about 70 s): four online servers (nginx, Apache httpd and Redis, installed by
+# scripts/bench-tools.sh, and the Go one) through sixteen scenarios interleaved over three
+# rounds, then the agent's overhead with 200 workloads. Writes results.md, results.json and a
+# plot per scenario into bench-results/ (docs/benchmark.md).
 bench:
 	./scripts/bench-tools.sh
 	$(GO) run ./tests/colocation -out bench-results
