@@ -90,13 +90,13 @@ type dayAction struct {
 	Reason string  `json:"reason"`
 }
 
-// lastThrottleBefore is the offset of the agent's last throttle before t (seconds since
-// DayStart), if any.
-func (t *tidalResult) lastThrottleBefore(sec float64) (float64, bool) {
-	last, ok := 0.0, false
+// lastThrottleBefore is the agent's last throttle before sec seconds into the day, if any.
+func (t *tidalResult) lastThrottleBefore(sec float64) (dayAction, bool) {
+	var last dayAction
+	ok := false
 	for _, a := range t.Actions {
 		if a.Kind == "throttle" && a.T < sec {
-			last, ok = a.T, true
+			last, ok = a, true
 		}
 	}
 	return last, ok

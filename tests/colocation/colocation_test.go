@@ -170,7 +170,7 @@ func TestSpikeToShrinkIsTheFirstThrottleInTheSpike(t *testing.T) {
 	spike := day.Add(36 * time.Second)
 	w := newAgentWatch()
 	for _, a := range []reporter.Action{
-		{Time: day.Add(20 * time.Second), Kind: "throttle"}, // during the ramp
+		{Time: day.Add(20 * time.Second), Kind: "throttle", Reason: "run-queue wait over target"}, // during the ramp
 		{Time: spike.Add(10 * time.Millisecond), Kind: "grow"},
 		{Time: spike.Add(30 * time.Millisecond), Kind: "throttle"},
 		{Time: spike.Add(90 * time.Millisecond), Kind: "throttle"},
@@ -186,8 +186,8 @@ func TestSpikeToShrinkIsTheFirstThrottleInTheSpike(t *testing.T) {
 	if r.Throttles != 3 || r.LentAtSpikeMilliCPU != 700 || len(lent.X) != 2 || lent.Y[1] != 0.1 {
 		t.Fatalf("throttles %d, lent at spike %d, lent series %+v", r.Throttles, r.LentAtSpikeMilliCPU, lent)
 	}
-	if last, ok := r.lastThrottleBefore(36); len(r.Actions) != 4 || !ok || last != 20 {
-		t.Fatalf("%d actions, last throttle before the spike at %v s (%v), want 4 and 20 s", len(r.Actions), last, ok)
+	if last, ok := r.lastThrottleBefore(36); len(r.Actions) != 4 || !ok || last.T != 20 || last.Reason != "run-queue wait over target" {
+		t.Fatalf("%d actions, last throttle before the spike %+v (%v), want 4 and the ramp's at 20 s", len(r.Actions), last, ok)
 	}
 }
 

@@ -260,7 +260,8 @@ func writeTidal(w io.Writer, res results) {
 }
 
 // writeMissedSpikes explains each tidal run without a throttle in the spike: lending was
-// already down, and when the fast path had last fired.
+// already down, and which throttle had last brought it down (the agent's own reason: the fast
+// path's burst rule, an interference target, or a baseline measurement).
 func writeMissedSpikes(w io.Writer, res results) {
 	phases, err := workload.ParsePhases(res.Options.Phases)
 	if err != nil {
@@ -274,8 +275,8 @@ func writeMissedSpikes(w io.Writer, res results) {
 		}
 		fmt.Fprintf(w, "- Round %d: no throttle during the spike: it began with %dm lent", r.Round, t.LentAtSpikeMilliCPU)
 		if last, ok := t.lastThrottleBefore(from.Seconds()); ok {
-			fmt.Fprintf(w, "; the fast path had last fired %.1f s into the day (%s), and that usage held lending down for cpu.limitWindow",
-				last, phaseNameAt(phases, last))
+			fmt.Fprintf(w, "; its last throttle before it was %.1f s into the day (%s): %s",
+				last.T, phaseNameAt(phases, last.T), last.Reason)
 		} else {
 			fmt.Fprintf(w, "; the slow loop had already shrunk it to its minimum from the online peak it saw (all CPU use but reclaimed work's, "+
 				"whatever else runs on the machine included; its shrink actions are in results.json)")
