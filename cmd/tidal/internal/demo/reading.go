@@ -23,6 +23,7 @@ type reading struct {
 	throttles        int           // throttle actions during the spike
 	cutFrom, cutTo   int64         // millicores, from the first throttle's reason
 	haveCut          bool
+	firstRule        string // what the first throttle crossed, from its reason ("" if unknown)
 	shrinks          int // slow-loop CPU shrink actions during the spike
 	offLow, offSpike float64
 	haveOff          bool
@@ -70,6 +71,7 @@ func readingFromRun(sched []demoPhase, rows []phaseRow, samples []sample, acts [
 			if r.throttles == 0 {
 				r.throttleAfter = a.Time.Sub(spikeFrom)
 				r.cutFrom, r.cutTo, r.haveCut = parseCut(a.Reason)
+				r.firstRule = throttleRule(a.Reason)
 			}
 			r.throttles++
 		case "shrink":
@@ -89,11 +91,15 @@ func (r reading) text() string {
 	}
 	switch {
 	case r.throttles > 0:
-		b.WriteString("During the spike tidal's fast path throttled the reclaimed pool " + times(r.throttles) + ". ")
+		b.WriteString("During the spike tidal throttled the reclaimed pool " + times(r.throttles) + ". ")
+		b.WriteString("The first throttle")
+		if r.firstRule != "" {
+			fmt.Fprintf(&b, " (%s)", r.firstRule)
+		}
 		if r.haveCut {
-			fmt.Fprintf(&b, "The first throttle cut it from %.2f to %.2f cores, ", float64(r.cutFrom)/1000, float64(r.cutTo)/1000)
+			fmt.Fprintf(&b, " cut it from %.2f to %.2f cores, ", float64(r.cutFrom)/1000, float64(r.cutTo)/1000)
 		} else {
-			b.WriteString("The first throttle came ")
+			b.WriteString(" came ")
 		}
 		fmt.Fprintf(&b, "%d ms after the spike was scheduled to begin. That delay is an upper bound on tidal's reaction time: "+
 			"the spike start is counted from the launch of the load generator, a little before its first request, "+
@@ -134,6 +140,27 @@ func times(n int) string {
 
 // cutPattern finds the change in an advisor's reason: "... reclaimed CPU 1250m -> 300m".
 var cutPattern = regexp.MustCompile(`reclaimed CPU (\d+)m -> (\d+)m`)
+
+// throttleRule is what an advisor's throttle crossed, the part of its reason between the NUMA
+// node and the change ("numa 0: online spike 900m > 80% of the 700m it kept: reclaimed CPU
+// 1300m -> 300m" gives "online spike 900m > 80% of the 700m it kept"): the fast path's burst
+// rule, an interference target or a baseline measurement read differently, so the reading
+// names which one acted. "" for a reason of another shape.
+func throttleRule(reason string) string {
+	rest, ok := strings.CutPrefix(reason, "numa ")
+	if !ok {
+		return ""
+	}
+	_, rest, ok = strings.Cut(rest, ": ")
+	if !ok {
+		return ""
+	}
+	rule, _, ok := strings.Cut(rest, ": reclaimed CPU ")
+	if !ok {
+		return ""
+	}
+	return rule
+}
 
 // parseCut reads the millicores before and after from an action's reason.
 func parseCut(reason string) (from, to int64, ok bool) {

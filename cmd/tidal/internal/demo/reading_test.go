@@ -39,7 +39,7 @@ func TestReading(t *testing.T) {
 	if !r.haveCut || r.cutFrom != 1300 || r.cutTo != 300 {
 		t.Errorf("cut %+v", r)
 	}
-	for _, want := range []string{"p99 was 8.0 ms", "it was 30.0 ms", "throttled the reclaimed pool 2 times", "from 1.30 to 0.30 cores",
+	for _, want := range []string{"p99 was 8.0 ms", "it was 30.0 ms", "throttled the reclaimed pool 2 times", "first throttle (online spike 900m > 80% of the 700m it kept) cut it from 1.30 to 0.30 cores",
 		"180 ms after", "upper bound", "1.30 cores just before the spike and 0.30 at its lowest",
 		"450 units/s during the spike against 950 before", "5s limit window", "to 1.10 cores"} {
 		if !strings.Contains(text, want) {
@@ -50,5 +50,18 @@ func TestReading(t *testing.T) {
 		nil, start, 0)
 	if text := quiet.text(); !strings.Contains(text, "no throttle action") || !strings.Contains(text, "did not grow back") {
 		t.Errorf("quiet reading:\n%s", text)
+	}
+}
+
+func TestThrottleRuleNamesWhatWasCrossed(t *testing.T) {
+	for reason, want := range map[string]string{
+		"numa 0: run-queue wait of demo-web 1.224 (target 0.400) > target: reclaimed CPU 600m -> 300m (x0.50, no growth for 2.5s)": "run-queue wait of demo-web 1.224 (target 0.400) > target",
+		"numa 1: measuring online work's own run-queue wait with nothing lent until 17:13:39.100: reclaimed CPU 784m -> 100m":      "measuring online work's own run-queue wait with nothing lent until 17:13:39.100",
+		"agent stopping: reclaimed CPU 700m -> 100m": "",
+		"numa 0: no change here":                     "",
+	} {
+		if got := throttleRule(reason); got != want {
+			t.Errorf("throttleRule(%q) = %q, want %q", reason, got, want)
+		}
 	}
 }
