@@ -24,7 +24,7 @@ type reading struct {
 	cutFrom, cutTo   int64         // millicores, from the first throttle's reason
 	haveCut          bool
 	firstRule        string // what the first throttle crossed, from its reason ("" if unknown)
-	shrinks          int // slow-loop CPU shrink actions during the spike
+	shrinks          int    // slow-loop CPU shrink actions during the spike
 	offLow, offSpike float64
 	haveOff          bool
 	limitWindow      time.Duration // 0: unknown
