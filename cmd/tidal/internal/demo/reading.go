@@ -70,8 +70,7 @@ func readingFromRun(sched []demoPhase, rows []phaseRow, samples []sample, acts [
 		case "throttle":
 			if r.throttles == 0 {
 				r.throttleAfter = a.Time.Sub(spikeFrom)
-				r.cutFrom, r.cutTo, r.haveCut = parseCut(a.Reason)
-				r.firstRule = throttleRule(a.Reason)
+				r.firstRule, r.cutFrom, r.cutTo, r.haveCut = parseCut(a.Reason)
 			}
 			r.throttles++
 		case "shrink":
@@ -138,39 +137,22 @@ func times(n int) string {
 	return fmt.Sprintf("%d times", n)
 }
 
-// cutPattern finds the change in an advisor's reason: "... reclaimed CPU 1250m -> 300m".
-var cutPattern = regexp.MustCompile(`reclaimed CPU (\d+)m -> (\d+)m`)
+// cutPattern reads an advisor's throttle reason, "numa 0: online spike 900m > 80% of the 700m
+// it kept: reclaimed CPU 1300m -> 300m": what it crossed (between the NUMA node and the
+// change; absent from reasons of another shape) and the millicores before and after.
+var cutPattern = regexp.MustCompile(`(?:^numa \d+: (.*): )?reclaimed CPU (\d+)m -> (\d+)m`)
 
-// throttleRule is what an advisor's throttle crossed, the part of its reason between the NUMA
-// node and the change ("numa 0: online spike 900m > 80% of the 700m it kept: reclaimed CPU
-// 1300m -> 300m" gives "online spike 900m > 80% of the 700m it kept"): the fast path's burst
-// rule, an interference target or a baseline measurement read differently, so the reading
-// names which one acted. "" for a reason of another shape.
-func throttleRule(reason string) string {
-	rest, ok := strings.CutPrefix(reason, "numa ")
-	if !ok {
-		return ""
-	}
-	_, rest, ok = strings.Cut(rest, ": ")
-	if !ok {
-		return ""
-	}
-	rule, _, ok := strings.Cut(rest, ": reclaimed CPU ")
-	if !ok {
-		return ""
-	}
-	return rule
-}
-
-// parseCut reads the millicores before and after from an action's reason.
-func parseCut(reason string) (from, to int64, ok bool) {
+// parseCut reads a throttle's reason. The rule tells the fast path's burst rule, an
+// interference target and a baseline measurement apart, so the reading names which one acted;
+// it is "" where the reason names none. ok is false where the reason has no change in it.
+func parseCut(reason string) (rule string, from, to int64, ok bool) {
 	m := cutPattern.FindStringSubmatch(reason)
 	if m == nil {
-		return 0, 0, false
+		return "", 0, 0, false
 	}
-	from, err1 := strconv.ParseInt(m[1], 10, 64)
-	to, err2 := strconv.ParseInt(m[2], 10, 64)
-	return from, to, err1 == nil && err2 == nil
+	from, err1 := strconv.ParseInt(m[2], 10, 64)
+	to, err2 := strconv.ParseInt(m[3], 10, 64)
+	return m[1], from, to, err1 == nil && err2 == nil
 }
 
 // wrap breaks text into lines of at most width columns at spaces.

@@ -60,8 +60,8 @@ func TestThrottleRuleNamesWhatWasCrossed(t *testing.T) {
 		"agent stopping: reclaimed CPU 700m -> 100m": "",
 		"numa 0: no change here":                     "",
 	} {
-		if got := throttleRule(reason); got != want {
-			t.Errorf("throttleRule(%q) = %q, want %q", reason, got, want)
+		if got, _, _, _ := parseCut(reason); got != want {
+			t.Errorf("parseCut(%q) rule %q, want %q", reason, got, want)
 		}
 	}
 }
