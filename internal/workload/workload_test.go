@@ -580,47 +580,6 @@ func TestMemoryHogReachesTarget(t *testing.T) {
 	}
 }
 
-func TestRESPRoundTripParsing(t *testing.T) {
-	cases := []struct {
-		reply    string
-		ok, fail bool
-	}{
-		{"+OK\r\nNEXT", true, false},
-		{":42\r\nNEXT", true, false},
-		{"$5\r\nhello\r\nNEXT", true, false},
-		{"$-1\r\nNEXT", true, false},
-		{"*3\r\n$1\r\na\r\n:7\r\n*1\r\n+x\r\nNEXT", true, false},
-		{"*-1\r\nNEXT", true, false},
-		{"-ERR wrong number of arguments\r\nNEXT", false, false},
-		{"*2\r\n+a\r\n-WRONGTYPE\r\nNEXT", false, false},
-		{"garbage\r\n", false, true},
-		{"$x\r\n", false, true},
-		{"+OK\n", false, true},
-		{"$5\r\nhel", false, true},
-		{strings.Repeat("*1\r\n", maxRESPDepth+1) + "+x\r\n", false, true},
-	}
-	for _, c := range cases {
-		client, server := net.Pipe()
-		go func() {
-			io.Copy(io.Discard, io.LimitReader(server, 10))
-			server.Write([]byte(c.reply))
-			server.Close()
-		}()
-		br := bufio.NewReader(client)
-		ok, keep, err := respRoundTrip(client, br, []byte("0123456789"))
-		if (err != nil) != c.fail || ok != c.ok || keep != !c.fail {
-			t.Errorf("%q: ok=%v keep=%v err=%v", c.reply, ok, keep, err)
-		}
-		if !c.fail {
-			rest, _ := io.ReadAll(br)
-			if string(rest) != "NEXT" {
-				t.Errorf("%q: reply not consumed exactly, left %q", c.reply, rest)
-			}
-		}
-		client.Close()
-	}
-}
-
 func TestRedisTargetEncodesThePathAsACommand(t *testing.T) {
 	tgt, err := parseTarget("redis://127.0.0.1/SINTER/a%2Fb/c", false)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidalqos/tidal/internal/resp"
 	"github.com/tidalqos/tidal/internal/workload"
 )
 
@@ -64,7 +65,7 @@ func (s onlineServer) answers(ctx context.Context, addr string) error {
 	if s.proto == "redis" {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		return workload.RedisCommands(ctx, addr, []string{"PING"})
+		return resp.Do(ctx, addr, []string{"PING"})
 	}
 	client := &http.Client{Timeout: time.Second}
 	resp, err := client.Get("http://" + addr + "/healthz")
@@ -236,7 +237,7 @@ func seedRedis(ctx context.Context, addr string) error {
 		}
 		return cmd
 	}
-	return workload.RedisCommands(ctx, addr, []string{"FLUSHALL"},
+	return resp.Do(ctx, addr, []string{"FLUSHALL"},
 		members("followers:a", 0, 4000), members("followers:b", 2000, 6000))
 }
 
