@@ -20,8 +20,10 @@ demo: build
 # Every test, with the race detector, against real cgroups and real processes. One package
 # at a time (-p 1): the integration tests measure what the node lends, and another package's
 # CPU-heavy tests running beside them would be online load they must not see. vm-tools.sh
-# prepares the cgroup v2 VM that tests/cgroupv2 boots (docs/cgroup-v2.md).
+# prepares the cgroup v2 VM that tests/cgroupv2 boots (docs/cgroup-v2.md); bench-tools.sh
+# installs the real servers the tests run as online work (Redis for its SLO probe).
 test:
+	./scripts/bench-tools.sh
 	./scripts/kube-tools.sh
 	./scripts/cri-tools.sh
 	./scripts/vm-tools.sh

@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/tidalqos/tidal/internal/resp"
 	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/interference"
@@ -29,8 +32,8 @@ const probeSamples = 5
 // target sits inside the service's own tail.
 const floorAnswers = 50
 
-// probes GETs the SLO probe of each online workload that has one, each in a goroutine of its
-// own, every interval; the interference loop reads their recent latencies. A probe that
+// probes asks the SLO probe of each online workload that has one (an HTTP GET or a Redis
+// command), each in a goroutine of its own, every interval; the interference loop reads their recent latencies. A probe that
 // fails or times out counts as taking its timeout.
 //
 // It also learns each probe's own latency with nothing lent, per load level, as the wait's
@@ -97,6 +100,8 @@ func (p *probes) sync(ctx context.Context, want map[string]qos.SLO) {
 func (p *probes) timeout(slo qos.SLO) time.Duration { return max(10*slo.Latency, p.interval) }
 
 func (p *probes) run(ctx context.Context, pr *probe) {
+	ask := p.prober(pr.slo)
+	defer ask.close()
 	t := time.NewTicker(p.interval)
 	defer t.Stop()
 	for {
@@ -105,7 +110,7 @@ func (p *probes) run(ctx context.Context, pr *probe) {
 			return
 		case <-t.C:
 		}
-		took := p.once(ctx, pr.slo)
+		took := ask.once(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -122,27 +127,104 @@ func (p *probes) run(ctx context.Context, pr *probe) {
 	}
 }
 
-// once GETs the probe and returns how long the answer took (its timeout on failure or a
-// non-2xx answer).
-func (p *probes) once(ctx context.Context, slo qos.SLO) time.Duration {
+// A prober asks a workload's probe once and says how long the answer took: its timeout when
+// it fails or is refused. Each is its probe goroutine's own.
+type prober interface {
+	once(ctx context.Context) time.Duration
+	close()
+}
+
+// prober is the prober for an SLO's URL, which qos has checked: redis:// or http://.
+func (p *probes) prober(slo qos.SLO) prober {
 	timeout := p.timeout(slo)
-	rctx, cancel := context.WithTimeout(ctx, timeout)
+	if t, err := resp.ParseURL(slo.Probe); err == nil {
+		return &redisProber{target: t.HostPort, command: resp.Command(t.Args), timeout: timeout}
+	}
+	return &httpProber{url: slo.Probe, client: p.client, timeout: timeout}
+}
+
+// httpProber GETs a URL; an answer that is not 2xx is a failure.
+type httpProber struct {
+	url     string
+	client  *http.Client // shared by the probes; it keeps their connections
+	timeout time.Duration
+}
+
+func (h *httpProber) once(ctx context.Context) time.Duration {
+	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	start := time.Now()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, slo.Probe, nil)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, h.url, nil)
 	if err != nil {
-		return timeout
+		return h.timeout
 	}
-	resp, err := p.client.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
-		return timeout
+		return h.timeout
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return timeout
+		return h.timeout
 	}
 	return time.Since(start)
+}
+
+func (h *httpProber) close() {}
+
+// redisProber sends a Redis command on a connection it keeps, as a client of the database
+// does; an error reply is a failure. A failed exchange drops the connection, and the next
+// probe dials again (its time counted, as an HTTP probe's new connection is).
+type redisProber struct {
+	target  string
+	command []byte
+	timeout time.Duration
+
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+func (r *redisProber) once(ctx context.Context) time.Duration {
+	start := time.Now()
+	deadline := start.Add(r.timeout)
+	if r.conn == nil {
+		d := net.Dialer{Deadline: deadline}
+		c, err := d.DialContext(ctx, "tcp", r.target)
+		if err != nil {
+			return r.timeout
+		}
+		r.conn, r.br = c, bufio.NewReader(c)
+	}
+	// The context ends a probe only when the agent stops it; the deadline bounds it otherwise.
+	conn := r.conn // the callback may run after close has cleared r.conn
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	isErr, err := r.exchange(deadline)
+	if err != nil {
+		r.close()
+		return r.timeout
+	}
+	if isErr {
+		return r.timeout
+	}
+	return time.Since(start)
+}
+
+func (r *redisProber) exchange(deadline time.Time) (isErr bool, err error) {
+	if err := r.conn.SetDeadline(deadline); err != nil {
+		return false, err
+	}
+	if _, err := r.conn.Write(r.command); err != nil {
+		return false, err
+	}
+	return resp.ReadReply(r.br)
+}
+
+func (r *redisProber) close() {
+	if r.conn != nil {
+		r.conn.Close()
+		r.conn, r.br = nil, nil
+	}
 }
 
 // latency is the median of a workload's recent probes; false before the first.

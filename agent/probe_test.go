@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/tidalqos/tidal/internal/resp"
 	"github.com/tidalqos/tidal/qos"
 )
 
@@ -82,5 +86,96 @@ func TestProbeFloor(t *testing.T) {
 	p.sync(context.Background(), map[string]qos.SLO{"web": slo})
 	if _, _, ok := p.floor("web", 500); ok {
 		t.Error("a probe of another URL kept the old one's floor")
+	}
+}
+
+// A Redis probe keeps its connection between answers, counts an error reply or a dropped
+// connection as its timeout, dials again after a drop, and ends at once when stopped
+// mid-answer.
+func TestRedisProber(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// The server answers each connection's commands in turn from replies; "" drops the
+	// connection, "hang" never answers.
+	replies := make(chan string, 8)
+	accepted := make(chan struct{}, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := resp.ReadReply(br); err != nil { // a command reads as an array
+						return
+					}
+					switch r := <-replies; r {
+					case "":
+						return
+					case "hang":
+						io.Copy(io.Discard, br)
+						return
+					default:
+						c.Write([]byte(r))
+					}
+				}
+			}()
+		}
+	}()
+
+	p := newProbes(time.Hour)
+	defer p.stop()
+	slo := qos.SLO{Probe: "redis://" + ln.Addr().String() + "/PING", Latency: time.Millisecond}
+	timeout := p.timeout(slo) // the interval's hour: an answer that long is a failure
+	ask := p.prober(slo)
+	defer ask.close()
+	if _, ok := ask.(*redisProber); !ok {
+		t.Fatalf("a redis:// probe got a %T", ask)
+	}
+	ctx := context.Background()
+	for i, c := range []struct {
+		reply     string
+		failed    bool
+		newDialed bool
+	}{
+		{"+PONG\r\n", false, true},
+		{"+PONG\r\n", false, false},
+		{"-ERR no\r\n", true, false},
+		{"+PONG\r\n", false, false}, // an error reply leaves the connection usable
+		{"", true, false},
+		{"+PONG\r\n", false, true}, // dialled again after the drop
+	} {
+		replies <- c.reply
+		took := ask.once(ctx)
+		if failed := took == timeout; failed != c.failed {
+			t.Errorf("answer %d (%q): took %v, failed %v; want failed %v", i, c.reply, took, failed, c.failed)
+		}
+		select {
+		case <-accepted:
+			if !c.newDialed {
+				t.Errorf("answer %d: a new connection, where the last was kept", i)
+			}
+		default:
+			if c.newDialed {
+				t.Errorf("answer %d: no new connection", i)
+			}
+		}
+	}
+
+	// Stopped while the server does not answer: the probe ends now, not at its timeout.
+	replies <- "hang"
+	stopCtx, stop := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, stop)
+	start := time.Now()
+	ask.once(stopCtx)
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("a stopped probe waited %v", waited)
 	}
 }

@@ -3,7 +3,8 @@
 # own Go server (tests/colocation -servers nginx,apache,redis): nginx from Debian's nginx-light
 # package, Apache httpd from its apache2 package and Redis from its redis-server package. The
 # packages' services are never used: the benchmark starts each server with its own config per
-# run. Idempotent: does nothing when all three are there.
+# run. make test runs it too: tests/integration runs a real redis-server under its SLO probe.
+# Idempotent: does nothing when all three are there.
 set -euo pipefail
 missing=()
 command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)

@@ -282,6 +282,8 @@ func TestSLOProbeMustPointAtThePodItself(t *testing.T) {
 		{"metadata service", "http://169.254.169.254/latest/meta-data", []string{"10.0.0.7"}, "", true},
 		{"loopback, pod network", "http://127.0.0.1:10248/healthz", []string{"10.0.0.7"}, "", true},
 		{"no IP yet", "http://:8080/healthz", nil, "", false},
+		{"redis, no host", "redis://:6379/PING", []string{"10.0.0.7"}, "redis://10.0.0.7:6379/PING", false},
+		{"redis, another host", "redis://10.0.0.8:6379/PING", []string{"10.0.0.7"}, "", true},
 	}
 	for _, c := range cases {
 		n := &recordingNode{}

@@ -40,7 +40,7 @@ func runRun(args []string) error {
 	queue := fs.String("queue", "", "reclaimed: the tenant queue it runs for (it runs while the node's lease grants that queue)")
 	burst := fs.Int("cpu-burst-percent", 0, "shared/system with --cpus: CPU burst as a percentage (0..100) of the cap, 0 none (default: the tier's)")
 	gpus := fs.Int("gpus", 0, "reclaimed: GPUs lent to it; dedicated: GPUs of its own (the command sees only these)")
-	sloProbe := fs.String("slo-probe", "", "shared/dedicated: an http:// URL whose answer time tracks the workload's latency; the agent probes it and cuts lending when it is slower than --slo-latency")
+	sloProbe := fs.String("slo-probe", "", "shared/dedicated: what the agent asks for the workload's latency, an http:// URL it GETs or a redis://HOST:PORT/COMMAND/ARG… whose command it sends; it cuts lending when the answer is slower than --slo-latency")
 	sloLatency := fs.String("slo-latency", "", "the latency --slo-probe must stay under, e.g. 20ms")
 	socket := fs.String("socket", config.Default().SocketPath, "the agent's API socket")
 	fs.Usage = func() {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,6 +113,39 @@ func TestSLOProbeCutsLending(t *testing.T) {
 	text, err := exec.Command(tidalBin, "status", "--socket", n.socket).CombinedOutput()
 	if err != nil || !strings.Contains(string(text), "over the target with nothing lent") {
 		t.Errorf("tidal status does not show the floor over the target (err %v):\n%s", err, text)
+	}
+}
+
+// A database's own probe: the agent sends its Redis command on a connection it keeps and times
+// the reply. A real redis-server runs as the online workload; DEBUG SLEEP holds it 30 ms per
+// probe, so every answer is over the 10 ms target, and lending is cut by the probe.
+func TestRedisSLOProbeCutsLending(t *testing.T) {
+	redis, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is missing (CI=true: not skipping; scripts/bench-tools.sh installs it)")
+		}
+		t.Skip("redis-server is missing: run scripts/bench-tools.sh as root")
+	}
+	n := feedbackNode(t, "  shared:\n    runQueueWait: 0\n    runQueueWaitOverBaseline: 0\n")
+	n.start()
+	lendingGrows(n)
+	addr := testutil.FreeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	n.run("--tier", "shared", "--name", "db", "--slo-probe", "redis://"+addr+"/DEBUG/SLEEP/0.03", "--slo-latency", "10ms",
+		"--", redis, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--enable-debug-command", "yes")
+	n.waitWorkload("db")
+	cut := waitThrottle(n, 15*time.Second, "probe latency of db")
+	if !strings.Contains(cut.Reason, "(target 0.010)") {
+		t.Errorf("the cut does not show the probe's target: %s", cut.Reason)
+	}
+	found := false
+	for _, i := range n.status().Pools[0].Control.Indicators {
+		found = found || i.Workload == "db" && i.Name == "probe latency" && i.Value >= 0.025 && i.Value < 0.15 && i.Target == 0.01
+	}
+	if !found {
+		t.Errorf("status shows no probe latency of about 30 ms for db (a failed probe counts as its 200 ms timeout): %+v",
+			n.status().Pools[0].Control.Indicators)
 	}
 }
 
