@@ -114,7 +114,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.antagonistSize, "antagonist-size", defaultAntagonistSize(), "buffer the cache antagonist sweeps (default: twice the last-level cache, at least 64Mi)")
 	fs.DurationVar(&o.slo, "slo", 0, "SLO on the 1-second online p99 (0: -slo-factor times the round's online-alone p99)")
 	fs.Float64Var(&o.sloFactor, "slo-factor", 2, "SLO as a multiple of the same round's online-alone p99")
-	fs.DurationVar(&o.probeLatency, "probe-latency", 5*time.Millisecond, "the *-slo scenarios: the target of the online service's SLO probe (tidal run --slo-latency), a GET of the page the load asks for")
+	fs.DurationVar(&o.probeLatency, "probe-latency", 5*time.Millisecond, "the *-slo scenarios: the target of the online service's SLO probe (tidal run --slo-latency), which asks what the load asks (a GET of its page, or its Redis command)")
 	scen := fs.String("scenarios", strings.Join(scenarioNames(runByDefault), ","), "scenarios to run, in this order each round (also the diagnostics "+
 		strings.Join(scenarioNames(diagnostic), ", ")+")")
 	srv := fs.String("servers", strings.Join(serverNames(), ","), "online services, each through every scenario each round: "+strings.Join(serverNames(), ", "))
@@ -187,14 +187,8 @@ func (o options) validate(extra int) error {
 		}
 	}
 	for _, s := range o.scenarios {
-		sc, ok := scenarioByName(s)
-		if !ok {
+		if _, ok := scenarioByName(s); !ok {
 			return fmt.Errorf("-scenarios: unknown scenario %q (want some of %s)", s, strings.Join(scenarioNames(anyScenario), ", "))
-		}
-		for _, name := range o.servers {
-			if srv, _ := serverByName(name); sc.sloProbe && srv.proto != "http" {
-				return fmt.Errorf("-scenarios %s probes the online service over HTTP, and -servers %s speaks %s: run them apart", s, name, srv.proto)
-			}
 		}
 	}
 	return nil

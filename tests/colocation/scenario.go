@@ -127,7 +127,7 @@ var scenarios = []scenario{
 		agentConfig: "cpu:\n  poolShrinkAfter: 10s\n",
 		About:       "tidal whose reclaimed pool keeps its CPUs for 10 s after lending fell within fewer (cpu.poolShrinkAfter); the quota takes the time back at once"},
 	{Name: "tidal-slo", Online: true, Offline: true, Tidal: true, diagnostic: true, sloProbe: true,
-		About: "tidal with an SLO probe on the online service: the agent GETs the page the load asks for every interference.interval and cuts lending while the median of its last 5 answers is over -probe-latency"},
+		About: "tidal with an SLO probe on the online service: the agent asks what the load asks (a GET of its page, or its Redis command) every interference.interval and cuts lending while the median of its last 5 answers is over -probe-latency"},
 	{Name: "tidal-auto-slo", Online: true, Offline: true, Tidal: true, diagnostic: true, sloProbe: true,
 		agentConfig: "cpu:\n  mechanism: auto\n  autoMechanism:\n    trial: 5s\n    rounds: 2\n",
 		About:       "tidal-auto with the SLO probe of tidal-slo, which auto weighs instead of the run-queue wait"},

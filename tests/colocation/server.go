@@ -68,11 +68,11 @@ func (s onlineServer) answers(ctx context.Context, addr string) error {
 		return resp.Do(ctx, addr, []string{"PING"})
 	}
 	client := &http.Client{Timeout: time.Second}
-	resp, err := client.Get("http://" + addr + "/healthz")
+	res, err := client.Get("http://" + addr + "/healthz")
 	if err != nil {
 		return err
 	}
-	return resp.Body.Close()
+	return res.Body.Close()
 }
 
 // phases are the day's phases at this server's request rates.
