@@ -82,13 +82,13 @@ func (a *Agent) action(kind, label, reason string) {
 }
 
 func (a *Agent) actionLocked(kind, label, reason string) {
-	act := reporter.Action{Time: time.Now(), Kind: kind, Reason: reason}
+	act := reporter.Action{Time: time.Now(), Kind: kind, Trigger: label, Reason: reason}
 	a.actions = append(a.actions, act)
 	if over := len(a.actions) - a.cfg.Status.ActionHistory; over > 0 {
 		a.actions = append(a.actions[:0], a.actions[over:]...)
 	}
 	a.metrics.Action(kind, label)
-	a.log.Info("action", "kind", kind, "reason", reason)
+	a.log.Info("action", "kind", kind, "trigger", label, "reason", reason)
 }
 
 // nodeReport is what the Node object should say now (the pod source adds what it knows of

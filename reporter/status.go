@@ -194,9 +194,13 @@ type Workload struct {
 
 // Action is a decision the agent took.
 type Action struct {
-	Time   time.Time `json:"time"`
-	Kind   string    `json:"kind"` // grow, shrink, throttle, evict, admit, release, lease
-	Reason string    `json:"reason"`
+	Time time.Time `json:"time"`
+	Kind string    `json:"kind"` // grow, shrink, throttle, evict, admit, release, lease
+	// Trigger is what set it off, a short bounded label (online-spike, interference,
+	// memory-short, ...): the reason label of tidal_actions_total, so a program can tell
+	// decisions apart without parsing Reason.
+	Trigger string `json:"trigger"`
+	Reason  string `json:"reason"`
 }
 
 // WriteText renders the status for people.
@@ -256,9 +260,9 @@ func WriteText(w io.Writer, s Status) error {
 		}
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "TIME\tACTION\tREASON")
+	fmt.Fprintln(tw, "TIME\tACTION\tTRIGGER\tREASON")
 	for _, a := range s.Actions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Time.Format("15:04:05.000"), a.Kind, a.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Time.Format("15:04:05.000"), a.Kind, a.Trigger, a.Reason)
 	}
 	return tw.Flush()
 }

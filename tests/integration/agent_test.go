@@ -159,6 +159,9 @@ func TestOnlineLoadShrinksReclaimed(t *testing.T) {
 	throttled := false
 	for _, a := range n.status().Actions {
 		throttled = throttled || a.Kind == "throttle"
+		if a.Trigger == "" {
+			t.Errorf("an action without its trigger: %+v", a)
+		}
 	}
 	if !throttled {
 		t.Error("no throttle action recorded by the fast path")

@@ -136,8 +136,8 @@ func TestRedisSLOProbeCutsLending(t *testing.T) {
 		"--", redis, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--enable-debug-command", "yes")
 	n.waitWorkload("db")
 	cut := waitThrottle(n, 15*time.Second, "probe latency of db")
-	if !strings.Contains(cut.Reason, "(target 0.010)") {
-		t.Errorf("the cut does not show the probe's target: %s", cut.Reason)
+	if !strings.Contains(cut.Reason, "(target 0.010)") || cut.Trigger != "interference" {
+		t.Errorf("the cut does not show the probe's target, or is not an interference cut (trigger %q): %s", cut.Trigger, cut.Reason)
 	}
 	found := false
 	for _, i := range n.status().Pools[0].Control.Indicators {
