@@ -36,6 +36,9 @@
 //	tidal-limit-2s     tidal with cpu.limitWindow 2s
 //	tidal-slo          tidal with an SLO probe on the online service (-probe-latency)
 //	tidal-auto-slo     tidal-auto with the same SLO probe, which auto weighs instead of the wait
+//	tidal-no-wait-target tidal without the shared tier's run-queue wait target
+//	tidal-slo-no-wait  tidal-slo without it: the probe, not the wait, judges online work
+//	tidal-shares-no-wait tidal-shares without it
 //
 // The scenarios run interleaved (each server through A B C ..., then again) for -rounds rounds, so that
 // whatever else the machine does affects them alike, and every figure is the median over the

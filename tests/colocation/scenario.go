@@ -118,7 +118,7 @@ var scenarios = []scenario{
 		agentConfig: "cpu:\n  quotaAfterCut: 5s\n",
 		About:       "tidal whose quota-on-cut mechanism keeps the quota for 5 s after each cut (cpu.quotaAfterCut; 1 s by default)"},
 	{Name: "tidal-no-wait-target", Online: true, Offline: true, Tidal: true, diagnostic: true,
-		agentConfig: "interference:\n  shared:\n    runQueueWait: 0\n    runQueueWaitOverBaseline: 0\n",
+		agentConfig: noWaitTarget,
 		About:       "tidal without the shared tier's run-queue wait target: lending follows online usage alone, the fast path still cuts on spikes"},
 	{Name: "tidal-long-hold", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "interference:\n  holdAfterFirstCut: 10s\n",
@@ -131,10 +131,19 @@ var scenarios = []scenario{
 	{Name: "tidal-auto-slo", Online: true, Offline: true, Tidal: true, diagnostic: true, sloProbe: true,
 		agentConfig: "cpu:\n  mechanism: auto\n  autoMechanism:\n    trial: 5s\n    rounds: 2\n",
 		About:       "tidal-auto with the SLO probe of tidal-slo, which auto weighs instead of the run-queue wait"},
+	{Name: "tidal-slo-no-wait", Online: true, Offline: true, Tidal: true, diagnostic: true, sloProbe: true,
+		agentConfig: noWaitTarget,
+		About:       "tidal-slo without the shared tier's run-queue wait target: the SLO probe, not the wait, judges online work"},
+	{Name: "tidal-shares-no-wait", Online: true, Offline: true, Tidal: true, diagnostic: true,
+		agentConfig: "cpu:\n  mechanism: shares\n" + noWaitTarget,
+		About:       "tidal-shares without the shared tier's run-queue wait target: cpu.shares 2 on what online usage leaves, cut only by the fast path"},
 	{Name: "tidal-pool-hold-3s", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "cpu:\n  poolShrinkAfter: 3s\n",
 		About:       "as tidal-pool-hold with a 3 s hold"},
 }
+
+// noWaitTarget turns off the shared tier's run-queue wait target.
+const noWaitTarget = "interference:\n  shared:\n    runQueueWait: 0\n    runQueueWaitOverBaseline: 0\n"
 
 // noAgentBaselines are the no-agent ways to colocate that tidal must beat.
 var noAgentBaselines = []string{"besteffort", "idle", "static"}
