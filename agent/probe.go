@@ -33,8 +33,8 @@ const probeSamples = 5
 const floorAnswers = 50
 
 // probes asks the SLO probe of each online workload that has one (an HTTP GET or a Redis
-// command), each in a goroutine of its own, every interval; the interference loop reads their recent latencies. A probe that
-// fails or times out counts as taking its timeout.
+// command), each in a goroutine of its own, every interval; the interference loop reads their
+// recent latencies. A probe that fails or times out counts as taking its timeout.
 //
 // It also learns each probe's own latency with nothing lent, per load level, as the wait's
 // baselines are learnt: an operator's target under that floor cannot be met by lending less,
@@ -195,11 +195,7 @@ func (r *redisProber) once(ctx context.Context) time.Duration {
 		}
 		r.conn, r.br = c, bufio.NewReader(c)
 	}
-	// The context ends a probe only when the agent stops it; the deadline bounds it otherwise.
-	conn := r.conn // the callback may run after close has cleared r.conn
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	isErr, err := r.exchange(deadline)
+	isErr, err := r.exchange(ctx, deadline)
 	if err != nil {
 		r.close()
 		return r.timeout
@@ -210,10 +206,15 @@ func (r *redisProber) once(ctx context.Context) time.Duration {
 	return time.Since(start)
 }
 
-func (r *redisProber) exchange(deadline time.Time) (isErr bool, err error) {
+func (r *redisProber) exchange(ctx context.Context, deadline time.Time) (isErr bool, err error) {
 	if err := r.conn.SetDeadline(deadline); err != nil {
 		return false, err
 	}
+	// The deadline bounds the exchange; the context ends it sooner only when the agent stops
+	// the probe. Set after the deadline, so that a stop is never overwritten by it.
+	conn := r.conn // the callback may run after close has cleared r.conn
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	if _, err := r.conn.Write(r.command); err != nil {
 		return false, err
 	}
