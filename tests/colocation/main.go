@@ -39,6 +39,7 @@
 //	tidal-no-wait-target tidal without the shared tier's run-queue wait target
 //	tidal-slo-no-wait  tidal-slo without it: the probe, not the wait, judges online work
 //	tidal-shares-no-wait tidal-shares without it
+//	tidal-slow-tick-no-wait tidal-no-wait-target with a 50 ms fast-path tick (10 ms by default)
 //
 // The scenarios run interleaved (each server through A B C ..., then again) for -rounds rounds, so that
 // whatever else the machine does affects them alike, and every figure is the median over the
