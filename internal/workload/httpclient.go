@@ -52,7 +52,7 @@ func parseTarget(raw string, gzip bool) (*target, error) {
 		if gzip {
 			return nil, fmt.Errorf("loadgen: URL %q: gzip is for http:// only", raw)
 		}
-		return parseRedisTarget(u)
+		return parseRedisTarget(raw)
 	default:
 		return nil, fmt.Errorf("loadgen: URL %q: only http:// and redis:// are supported", raw)
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"net"
-	"net/url"
 
 	"github.com/tidalqos/tidal/internal/resp"
 )
@@ -15,8 +14,8 @@ import (
 
 // parseRedisTarget reads redis://HOST[:PORT]/COMMAND/ARG/...: the path's segments, unescaped,
 // are the command sent for every request (redis://127.0.0.1:6379/SINTER/a/b).
-func parseRedisTarget(u *url.URL) (*target, error) {
-	t, err := resp.ParseURL(u.String())
+func parseRedisTarget(raw string) (*target, error) {
+	t, err := resp.ParseURL(raw)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: %v", err)
 	}

@@ -44,7 +44,8 @@ type AdmitRequest struct {
 	GPUs            int    `json:"gpus,omitempty"`
 	Queue           string `json:"queue,omitempty"`
 	// SLOProbe and SLOLatency give an online workload's own latency probe (an http:// or
-	// redis:// URL, qos.AnnotationSLOProbe, and a duration such as "20ms"), as the tidalqos.io/slo-* annotations do for pods.
+	// redis:// URL, qos.AnnotationSLOProbe, and a duration such as "20ms"), as the
+	// tidalqos.io/slo-* annotations do for pods.
 	SLOProbe   string `json:"sloProbe,omitempty"`
 	SLOLatency string `json:"sloLatency,omitempty"`
 	// CPUBurstPercent is --cpu-burst-percent (issue 12): a percentage of --cpus.
