@@ -38,7 +38,7 @@ func (a *Agent) interferenceLoop(ctx context.Context) {
 	if err := meter.CountCPI(perfcount.CPI); err != nil {
 		a.log.Info("cycles per instruction not measured: this machine does not count them", "err", err)
 	}
-	probes := newProbes(a.cfg.Interference.Interval)
+	probes := newProbes(a.cfg.Interference.Interval, a.log)
 	defer probes.stop()
 	baselines := interference.NewBaselines(a.cfg.Interference.BaselineFor, a.cfg.Interference.BaselineEvery)
 	t := time.NewTicker(a.cfg.Interference.Interval)
@@ -109,7 +109,11 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 		if took, ok := probes.latency(r.Name); ok {
 			// The workload's own SLO signal counts whatever CPU it ran. Its target is the
 			// operator's; the baseline beside it only shows whether lending less could meet it.
-			probe := reporter.Indicator{Name: indicatorProbe, Value: took.Seconds(), Target: w.slo.Latency.Seconds()}
+			name := indicatorProbe
+			if w.slo.Histogram != "" {
+				name = indicatorMetric
+			}
+			probe := reporter.Indicator{Name: name, Value: took.Seconds(), Target: w.slo.Latency.Seconds()}
 			if floor, changed, ok := probes.floor(r.Name, run); ok {
 				probe.Baseline, probe.BaselineBorrowed = floor.Latency.Seconds(), floor.Borrowed
 				probe.BaselineOverTarget, probe.BaselineAnswers = floor.OverTarget, floor.Answers

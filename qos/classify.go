@@ -442,7 +442,7 @@ func cpuBurstPercent(annotations map[string]string, tier Tier, problems *[]error
 // nothing. Reported after the rules, so it never hides a decision.
 func misplacedKeys(m Metadata, problems *[]error) {
 	for _, key := range [...]string{AnnotationQoSLevel, AnnotationKatalystQoSLevel, AnnotationNUMABinding, AnnotationReclaimPriority,
-		AnnotationCPUBurstPercent, AnnotationSLOProbe, AnnotationSLOLatency} {
+		AnnotationCPUBurstPercent, AnnotationSLOProbe, AnnotationSLOMetric, AnnotationSLOQuantile, AnnotationSLOLatency} {
 		if v, ok := m.Labels[key]; ok {
 			*problems = append(*problems, &Problem{
 				Key: key, Value: v, Source: SourceLabel, Kind: ErrIgnored,

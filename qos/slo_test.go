@@ -29,6 +29,23 @@ func TestSLOAnnotations(t *testing.T) {
 		{ann: map[string]string{AnnotationSLOProbe: "http://x/"}, tier: "shared", problem: ErrIgnored, says: AnnotationSLOLatency},
 		{ann: map[string]string{AnnotationSLOLatency: "20ms"}, tier: "shared", problem: ErrIgnored, says: AnnotationSLOProbe},
 		{ann: map[string]string{AnnotationSLOProbe: "http://x/", AnnotationSLOLatency: "20ms"}, tier: "reclaimed", problem: ErrIgnored, says: "online work"},
+		{ann: map[string]string{AnnotationSLOProbe: "http://x/metrics#h_seconds", AnnotationSLOLatency: "20ms"}, tier: "shared", problem: ErrMalformed, says: AnnotationSLOMetric},
+		// A metric: the page, the histogram, its quantile.
+		{ann: map[string]string{AnnotationSLOMetric: "http://127.0.0.1:8080/metrics#http_request_duration_seconds", AnnotationSLOLatency: "20ms"}, tier: "shared",
+			want: SLO{Probe: "http://127.0.0.1:8080/metrics", Histogram: "http_request_duration_seconds", Quantile: 0.99, Latency: 20 * time.Millisecond}},
+		{ann: map[string]string{AnnotationSLOMetric: `http://:9090/metrics#rpc_ms{method="Get"}`, AnnotationSLOQuantile: "0.999", AnnotationSLOLatency: "5ms"}, tier: "dedicated",
+			want: SLO{Probe: "http://:9090/metrics", Histogram: `rpc_ms{method="Get"}`, Quantile: 0.999, Latency: 5 * time.Millisecond}},
+		{ann: map[string]string{AnnotationSLOMetric: "http://x/metrics", AnnotationSLOLatency: "20ms"}, tier: "shared", problem: ErrMalformed, says: "names no histogram"},
+		{ann: map[string]string{AnnotationSLOMetric: "http://x/metrics#h_seconds_bucket", AnnotationSLOLatency: "20ms"}, tier: "shared", problem: ErrMalformed, says: "without _bucket"},
+		{ann: map[string]string{AnnotationSLOMetric: "redis://x:6379/PING#h", AnnotationSLOLatency: "20ms"}, tier: "shared", problem: ErrMalformed, says: "http://"},
+		{ann: map[string]string{AnnotationSLOMetric: "http://x/m#h", AnnotationSLOQuantile: "99", AnnotationSLOLatency: "20ms"}, tier: "shared", problem: ErrMalformed, says: "between 0 and 1"},
+		{ann: map[string]string{AnnotationSLOMetric: "http://x/m#h", AnnotationSLOLatency: "20ms"}, tier: "reclaimed", problem: ErrIgnored, says: "online work"},
+		{ann: map[string]string{AnnotationSLOMetric: "http://x/m#h"}, tier: "shared", problem: ErrIgnored, says: AnnotationSLOLatency},
+		{ann: map[string]string{AnnotationSLOQuantile: "0.9", AnnotationSLOProbe: "http://x/", AnnotationSLOLatency: "20ms"}, tier: "shared",
+			want: SLO{Probe: "http://x/", Latency: 20 * time.Millisecond}, problem: ErrIgnored, says: "only with one"},
+		// Both signals: the probe is kept, the metric reported.
+		{ann: map[string]string{AnnotationSLOProbe: "http://x/", AnnotationSLOMetric: "http://x/m#h", AnnotationSLOLatency: "20ms"}, tier: "shared",
+			want: SLO{Probe: "http://x/", Latency: 20 * time.Millisecond}, problem: ErrIgnored, says: "not both"},
 	} {
 		ann := map[string]string{AnnotationQoSLevel: c.tier}
 		for k, v := range c.ann {

@@ -122,8 +122,12 @@ type Control struct {
 }
 
 // Indicator is one interference figure of one online workload.
-// IndicatorProbe names an SLO probe's indicator, whose figures are seconds.
-const IndicatorProbe = "probe latency"
+// Indicator names of online workloads' SLO signals, whose figures are seconds: a probe's
+// answers, and a quantile of a latency histogram the workload exports.
+const (
+	IndicatorProbe  = "probe latency"
+	IndicatorMetric = "metric latency"
+)
 
 type Indicator struct {
 	Workload string  `json:"workload"`
@@ -322,10 +326,10 @@ func dash(s string) string {
 	return s
 }
 
-// indicatorFigure shows an indicator's figure: an SLO probe's latency (seconds in the JSON)
+// indicatorFigure shows an indicator's figure: an SLO signal's latency (seconds in the JSON)
 // as a duration, the others (ratios) as they are.
 func indicatorFigure(name string, v float64) string {
-	if name == IndicatorProbe {
+	if name == IndicatorProbe || name == IndicatorMetric {
 		return time.Duration(v * float64(time.Second)).Round(10 * time.Microsecond).String()
 	}
 	return fmt.Sprintf("%.3f", v)

@@ -295,7 +295,7 @@ func TestSLOProbeMustPointAtThePodItself(t *testing.T) {
 		}
 		var told bool
 		for _, p := range problems {
-			told = told || strings.Contains(p.Error(), "probes only the pod itself")
+			told = told || strings.Contains(p.Error(), "asks only the pod itself")
 		}
 		if told != c.problem {
 			t.Errorf("%s: problems %v, want one about the probe's host: %v", c.name, problems, c.problem)

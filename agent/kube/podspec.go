@@ -63,7 +63,11 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 		CPUBurstPercent: d.CPUBurstPercent, CPULimit: p.CPULimit, ContainerCPULimits: p.ContainerCPULimits,
 	}}
 	if spec.SLO.Probe != "" {
-		probe, err := ownProbe(spec.SLO.Probe, p.IPs)
+		key := qos.AnnotationSLOProbe
+		if spec.SLO.Histogram != "" {
+			key = qos.AnnotationSLOMetric
+		}
+		probe, err := ownProbe(key, spec.SLO.Probe, p.IPs)
 		switch {
 		case err == nil:
 			spec.SLO.Probe = probe
@@ -113,10 +117,11 @@ func PutPod(node source.Node, sourceName string, p PodInfo, policy qos.Policy) (
 	return rec, problems
 }
 
-// ownProbe is the URL to probe for a pod's SLO probe: one without a host
-// ("http://:8080/healthz", since a pod's IP is not known when it is written) gets the pod's
-// first IP; one with a host must name one of the pod's IPs.
-func ownProbe(probe string, ips []string) (string, error) {
+// ownProbe is the URL to ask for a pod's SLO probe (or to read, for its SLO metric, whose
+// annotation key is): one without a host ("http://:8080/healthz", since a pod's IP is not
+// known when it is written) gets the pod's first IP; one with a host must name one of the
+// pod's IPs.
+func ownProbe(key, probe string, ips []string) (string, error) {
 	u, err := url.Parse(probe)
 	if err == nil && len(ips) > 0 {
 		host := u.Hostname()
@@ -128,8 +133,8 @@ func ownProbe(probe string, ips []string) (string, error) {
 			return probe, nil
 		}
 	}
-	return "", &qos.Problem{Key: qos.AnnotationSLOProbe, Value: probe, Source: qos.SourceAnnotation, Kind: qos.ErrIgnored,
-		Reason: fmt.Sprintf(`the agent probes only the pod itself: leave the host out ("http://:8080/healthz") or name one of its IPs %v; no SLO probe`, ips)}
+	return "", &qos.Problem{Key: key, Value: probe, Source: qos.SourceAnnotation, Kind: qos.ErrIgnored,
+		Reason: fmt.Sprintf(`the agent asks only the pod itself: leave the host out ("http://:8080/healthz") or name one of its IPs %v; no SLO signal`, ips)}
 }
 
 // sameHost compares two hosts as addresses where both are (fd00::7 is fd00:0::7), else as text.

@@ -41,7 +41,9 @@ func runRun(args []string) error {
 	burst := fs.Int("cpu-burst-percent", 0, "shared/system with --cpus: CPU burst as a percentage (0..100) of the cap, 0 none (default: the tier's)")
 	gpus := fs.Int("gpus", 0, "reclaimed: GPUs lent to it; dedicated: GPUs of its own (the command sees only these)")
 	sloProbe := fs.String("slo-probe", "", "shared/dedicated: what the agent asks for the workload's latency, an http:// URL it GETs or a redis://HOST:PORT/COMMAND/ARG… whose command it sends; it cuts lending when the answer is slower than --slo-latency")
-	sloLatency := fs.String("slo-latency", "", "the latency --slo-probe must stay under, e.g. 20ms")
+	sloMetric := fs.String("slo-metric", "", "shared/dedicated, instead of --slo-probe: a latency histogram the workload exports, http://HOST:PORT/PATH#NAME or #NAME{label=\"value\"}; it cuts lending when the --slo-quantile of the requests served since the last read is slower than --slo-latency")
+	sloQuantile := fs.String("slo-quantile", "", "the quantile of --slo-metric's histogram held to --slo-latency (default 0.99)")
+	sloLatency := fs.String("slo-latency", "", "the latency --slo-probe or --slo-metric must stay under, e.g. 20ms")
 	socket := fs.String("socket", config.Default().SocketPath, "the agent's API socket")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: tidal run --tier TIER [flags] -- CMD [ARGS...]")
@@ -99,7 +101,7 @@ func runRun(args []string) error {
 	goR.Close()
 
 	req := agent.AdmitRequest{Name: *name, Tier: *tier, CPUs: *cpus, NUMABinding: *numa, MemoryBytes: memBytes,
-		GPUs: *gpus, Queue: *queue, SLOProbe: *sloProbe, SLOLatency: *sloLatency, PID: child.Process.Pid, Command: cmdArgs}
+		GPUs: *gpus, Queue: *queue, SLOProbe: *sloProbe, SLOMetric: *sloMetric, SLOQuantile: *sloQuantile, SLOLatency: *sloLatency, PID: child.Process.Pid, Command: cmdArgs}
 	if isSet(fs, "reclaim-priority") {
 		p := int32(*priority)
 		req.ReclaimPriority = &p

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // ServerConfig configures RunServer.
@@ -30,6 +33,13 @@ type ServerConfig struct {
 	CPUClock bool
 }
 
+// MetricRequestDuration is the server's histogram of its handler's time for GET /work, at
+// GET /metrics.
+const MetricRequestDuration = "tidal_workload_request_duration_seconds"
+
+// latencyBuckets are its bounds (seconds): fine where the benchmark's targets lie (1-50 ms).
+var latencyBuckets = []float64{0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1}
+
 // maxWork caps the cpu parameter of one request.
 const maxWork = 10 * time.Second
 
@@ -38,7 +48,8 @@ const maxWork = 10 * time.Second
 // work.go: a fixed number of SHA-256 units over a working set, calibrated
 // once per process against the thread CPU clock so that it costs that much
 // CPU when the machine is idle) and answers 200 "ok\n"; without cpu it uses
-// cfg.WorkPerRequest. GET /healthz answers 200. ready, if not nil, is called
+// cfg.WorkPerRequest. GET /healthz answers 200; GET /metrics serves the handler's time as a
+// Prometheus histogram (MetricRequestDuration). ready, if not nil, is called
 // with the listening address before serving. Reports are ServerLine.
 func RunServer(ctx context.Context, cfg ServerConfig, ready func(addr string), out io.Writer) error {
 	if cfg.Addr == "" {
@@ -68,7 +79,14 @@ func RunServer(ctx context.Context, cfg ServerConfig, ready func(addr string), o
 	if cfg.CPUClock {
 		burn = ws.burnCPUClock
 	}
+	// The handler's time, exported as a service exports its latency for Prometheus: what an
+	// SLO metric (tidal run --slo-metric) reads.
+	reg := prometheus.NewRegistry()
+	latency := prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricRequestDuration,
+		Help: "Time GET /work took in its handler.", Buckets: latencyBuckets})
+	reg.MustRegister(latency)
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -88,6 +106,7 @@ func RunServer(ctx context.Context, cfg ServerConfig, ready func(addr string), o
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
 		el := time.Since(t0)
+		latency.Observe(el.Seconds())
 		total.Add(1)
 		mu.Lock()
 		svc.Record(el)

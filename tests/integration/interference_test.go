@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,9 +13,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/tidalqos/tidal/internal/workload"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/perfcount"
 	"github.com/tidalqos/tidal/tests/testutil"
@@ -146,6 +151,55 @@ func TestRedisSLOProbeCutsLending(t *testing.T) {
 	if !found {
 		t.Errorf("status shows no probe latency of about 30 ms for db (a failed probe counts as its 200 ms timeout): %+v",
 			n.status().Pools[0].Control.Indicators)
+	}
+}
+
+// A service's own latency histogram as its SLO signal: the agent reads the Prometheus page
+// the server exports and judges the p99 of the requests it served since the last read. Each
+// request costs 30 ms of CPU against a 10 ms target, so lending is cut by the metric, and
+// status shows its figure: the requests' time, not a failure's 100 ms timeout.
+func TestSLOMetricCutsLending(t *testing.T) {
+	n := feedbackNode(t, "  shared:\n    runQueueWait: 0\n    runQueueWaitOverBaseline: 0\n")
+	n.start()
+	lendingGrows(n)
+	addr := testutil.FreeAddr(t)
+	n.run("--tier", "shared", "--name", "web", "--slo-metric", "http://"+addr+"/metrics#"+workload.MetricRequestDuration, "--slo-latency", "10ms",
+		"--", tidalBin, "workload", "server", "--addr", addr, "--work", "30ms")
+	n.waitWorkload("web")
+	// The service's users: a request every 40 ms, until the test ends.
+	ctx, stop := context.WithCancel(context.Background())
+	var users sync.WaitGroup
+	t.Cleanup(func() { stop(); users.Wait() })
+	users.Go(func() {
+		tick := time.NewTicker(40 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/work", nil)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	})
+	cut := waitThrottle(n, 15*time.Second, "metric latency of web")
+	if !strings.Contains(cut.Reason, "(target 0.010)") || cut.Trigger != "interference" {
+		t.Errorf("the cut does not show the metric's target, or is not an interference cut (trigger %q): %s", cut.Trigger, cut.Reason)
+	}
+	found := false
+	for _, i := range n.status().Pools[0].Control.Indicators {
+		found = found || i.Workload == "web" && i.Name == "metric latency" && i.Value >= 0.02 && i.Value < 0.09 && i.Target == 0.01
+	}
+	if !found {
+		t.Errorf("status shows no metric latency of 20-90 ms for web (a failed read counts as its 100 ms timeout): %+v",
+			n.status().Pools[0].Control.Indicators)
+	}
+	if strings.Contains(n.log.String(), "SLO signal failing") {
+		t.Errorf("the agent could not read the server's histogram:\n%s", n.log.String())
 	}
 }
 

@@ -43,11 +43,14 @@ type AdmitRequest struct {
 	MemoryBytes     int64  `json:"memoryBytes,omitempty"`
 	GPUs            int    `json:"gpus,omitempty"`
 	Queue           string `json:"queue,omitempty"`
-	// SLOProbe and SLOLatency give an online workload's own latency probe (an http:// or
-	// redis:// URL, qos.AnnotationSLOProbe, and a duration such as "20ms"), as the
+	// SLOProbe or SLOMetric (with SLOQuantile), and SLOLatency, give an online workload's own
+	// latency signal: a probe (an http:// or redis:// URL, qos.AnnotationSLOProbe) or a
+	// histogram it exports (qos.AnnotationSLOMetric), and a duration such as "20ms", as the
 	// tidalqos.io/slo-* annotations do for pods.
-	SLOProbe   string `json:"sloProbe,omitempty"`
-	SLOLatency string `json:"sloLatency,omitempty"`
+	SLOProbe    string `json:"sloProbe,omitempty"`
+	SLOMetric   string `json:"sloMetric,omitempty"`
+	SLOQuantile string `json:"sloQuantile,omitempty"`
+	SLOLatency  string `json:"sloLatency,omitempty"`
 	// CPUBurstPercent is --cpu-burst-percent (issue 12): a percentage of --cpus.
 	CPUBurstPercent *int32   `json:"cpuBurstPercent,omitempty"`
 	PID             int      `json:"pid"`
@@ -263,6 +266,12 @@ func (s *Source) spec(req AdmitRequest, peerPID int) (state.Spec, error) {
 	if req.SLOProbe != "" {
 		ann[qos.AnnotationSLOProbe] = req.SLOProbe
 	}
+	if req.SLOMetric != "" {
+		ann[qos.AnnotationSLOMetric] = req.SLOMetric
+	}
+	if req.SLOQuantile != "" {
+		ann[qos.AnnotationSLOQuantile] = req.SLOQuantile
+	}
 	if req.SLOLatency != "" {
 		ann[qos.AnnotationSLOLatency] = req.SLOLatency
 	}
@@ -311,6 +320,7 @@ func cgroupFileRefusal(name string) error {
 // flags are tidal run's flags for the annotations spec turns them into.
 var flags = strings.NewReplacer(qos.AnnotationQoSLevel, "--tier", qos.AnnotationNUMABinding, "--numa-binding",
 	qos.AnnotationReclaimPriority, "--reclaim-priority", qos.AnnotationSLOProbe, "--slo-probe",
+	qos.AnnotationSLOMetric, "--slo-metric", qos.AnnotationSLOQuantile, "--slo-quantile",
 	qos.AnnotationSLOLatency, "--slo-latency", qos.AnnotationCPUBurstPercent, "--cpu-burst-percent")
 
 // flagProblems says what is wrong with a request in tidal run's terms: its flags, not the

@@ -30,8 +30,10 @@ func TestRefusalsNameTheFlags(t *testing.T) {
 		want string
 	}{
 		{AdmitRequest{Tier: "shared", CPUs: 1, CPUBurstPercent: &burst}, "--cpu-burst-percent 200: not a decimal integer in 0..100"},
-		{AdmitRequest{Tier: "reclaimed", SLOProbe: probe, SLOLatency: "10ms"}, "--slo-probe " + probe + ": an SLO probe protects online work"},
-		{AdmitRequest{Tier: "shared", SLOLatency: "10"}, "--slo-latency 10: needs --slo-probe too"},
+		{AdmitRequest{Tier: "reclaimed", SLOProbe: probe, SLOLatency: "10ms"}, "--slo-probe " + probe + ": an SLO signal protects online work"},
+		{AdmitRequest{Tier: "shared", SLOLatency: "10"}, "--slo-latency 10: needs --slo-probe or --slo-metric too"},
+		{AdmitRequest{Tier: "shared", SLOMetric: "http://127.0.0.1:8080/metrics", SLOLatency: "10ms"}, "--slo-metric http://127.0.0.1:8080/metrics: names no histogram"},
+		{AdmitRequest{Tier: "shared", SLOMetric: "http://127.0.0.1:8080/metrics#h", SLOQuantile: "1", SLOLatency: "10ms"}, "--slo-quantile 1: not a number between 0 and 1"},
 		// Flags that would do nothing are refused, not taken silently.
 		{AdmitRequest{Tier: "shared", CPUBurstPercent: &fifty}, "--cpu-burst-percent 50: a burst is a share of the CPU cap --cpus sets"},
 		{AdmitRequest{Tier: "dedicated", CPUs: 1, CPUBurstPercent: &fifty}, "--cpu-burst-percent 50: a burst is a share of the CPU cap --cpus sets on shared and system work; dedicated work"},
@@ -44,7 +46,7 @@ func TestRefusalsNameTheFlags(t *testing.T) {
 			t.Errorf("%+v: %v, want a 400 starting %q", c.req, err, c.want)
 			continue
 		}
-		for _, fallback := range []string{"ignored", "using", "no SLO probe", "tidalqos.io"} {
+		for _, fallback := range []string{"ignored", "using", "no SLO signal", "tidalqos.io"} {
 			if strings.Contains(re.Msg, fallback) {
 				t.Errorf("%+v: %q says %q, which a refused request does not do", c.req, re.Msg, fallback)
 			}
