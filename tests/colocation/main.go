@@ -191,8 +191,14 @@ func (o options) validate(extra int) error {
 		}
 	}
 	for _, s := range o.scenarios {
-		if _, ok := scenarioByName(s); !ok {
+		sc, ok := scenarioByName(s)
+		if !ok {
 			return fmt.Errorf("-scenarios: unknown scenario %q (want some of %s)", s, strings.Join(scenarioNames(anyScenario), ", "))
+		}
+		for _, name := range o.servers {
+			if srv, _ := serverByName(name); sc.sloMetric && srv.metric == "" {
+				return fmt.Errorf("-scenarios %s reads the online service's latency histogram, and server %s exports none (go does)", s, name)
+			}
 		}
 	}
 	return nil

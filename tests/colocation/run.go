@@ -318,8 +318,11 @@ func (r *scenarioRun) startServer(ctx context.Context) (*proc, string, error) {
 		return nil, "", err
 	}
 	var runFlags []string
-	if r.sc.sloProbe {
+	switch {
+	case r.sc.sloProbe:
 		runFlags = []string{"--slo-probe", r.server.loadURL(addr), "--slo-latency", r.b.opts.probeLatency.String()}
+	case r.sc.sloMetric:
+		runFlags = []string{"--slo-metric", r.server.metricURL(addr), "--slo-latency", r.b.opts.probeLatency.String()}
 	}
 	p, err := r.startCommand(serverWorkload, "shared", r.sub("online"), runFlags, argv)
 	if err != nil {

@@ -29,6 +29,9 @@ type scenario struct {
 	onlyOwnWorkloads bool
 	// sloProbe: the online service is started with an SLO probe (-probe-latency).
 	sloProbe bool
+	// sloMetric: the online service is started with its latency histogram as an SLO metric
+	// (its p99 held to -probe-latency); only for servers that export one.
+	sloMetric bool
 	// diagnostic: not run by default, only when -scenarios names it (it takes a tidal
 	// scenario apart, and is not a way to colocate that tidal must beat).
 	diagnostic bool
@@ -134,6 +137,11 @@ var scenarios = []scenario{
 	{Name: "tidal-slo-no-wait", Online: true, Offline: true, Tidal: true, diagnostic: true, sloProbe: true,
 		agentConfig: noWaitTarget,
 		About:       "tidal-slo without the shared tier's run-queue wait target: the SLO probe, not the wait, judges online work"},
+	{Name: "tidal-slo-metric", Online: true, Offline: true, Tidal: true, diagnostic: true, sloMetric: true,
+		About: "tidal with the online service's own latency histogram as its SLO signal: the agent reads its /metrics every interference.interval and cuts lending while the median of the last 5 reads' p99 (of every request served between two reads) is over -probe-latency (go server only)"},
+	{Name: "tidal-slo-metric-no-wait", Online: true, Offline: true, Tidal: true, diagnostic: true, sloMetric: true,
+		agentConfig: noWaitTarget,
+		About:       "tidal-slo-metric without the shared tier's run-queue wait target: the service's tail, not the wait, judges online work"},
 	{Name: "tidal-shares-no-wait", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "cpu:\n  mechanism: shares\n" + noWaitTarget,
 		About:       "tidal-shares without the shared tier's run-queue wait target: cpu.shares 2 on what online usage leaves, cut only by the fast path"},

@@ -33,6 +33,9 @@ type onlineServer struct {
 	// loadScale scales the day's request rates for this server (0: 1), so that each server
 	// alone keeps up with the spike, near the same share of the node.
 	loadScale float64
+	// metric, where set, is the latency histogram the server exports at /metrics, for the
+	// SLO metric scenarios.
+	metric string
 	// command returns the server's command line listening on addr, with what it needs
 	// written under dir.
 	command func(b *bench, dir, addr string) ([]string, error)
@@ -40,7 +43,7 @@ type onlineServer struct {
 
 var servers = []onlineServer{
 	{Name: "go", About: "tidal's Go HTTP server, CPU work per request (-work)", proto: "http", path: "/work",
-		command: func(b *bench, _, addr string) ([]string, error) {
+		metric: workload.MetricRequestDuration, command: func(b *bench, _, addr string) ([]string, error) {
 			return []string{b.tidal, "workload", "server", "--addr", addr, "--work", b.opts.work.String()}, nil
 		}},
 	{Name: "nginx", About: "nginx from Debian's packages (4 workers) serving a 64 KiB text page, gzip-compressed (level 6) for every request",
@@ -59,6 +62,10 @@ var servers = []onlineServer{
 
 // loadURL is what the load generator asks the server at addr for.
 func (s onlineServer) loadURL(addr string) string { return s.proto + "://" + addr + s.path }
+
+// metricURL is the SLO metric the agent reads of the server at addr: its histogram on its
+// Prometheus page.
+func (s onlineServer) metricURL(addr string) string { return "http://" + addr + "/metrics#" + s.metric }
 
 // answers checks once that the server at addr answers: /healthz over HTTP, PING over Redis.
 func (s onlineServer) answers(ctx context.Context, addr string) error {
