@@ -213,25 +213,25 @@ const (
 	eventSLOReachable   = "SLOReachable"
 )
 
-// tellProbeFloor says once, on each change, whether a workload's SLO probe answers slower
-// than its target with nothing lent at its load: then lending less cannot meet the target,
-// and the feedback holds lending at the minimum for nothing an operator can gain. The log
-// says it, and for a pod an Event on it.
+// tellProbeFloor says once, on each change, whether a workload's SLO signal is slower than
+// its target with nothing lent at its load: then lending less cannot meet the target, and the
+// feedback holds lending at the minimum for nothing an operator can gain. The log says it,
+// and for a pod an Event on it.
 func (a *Agent) tellProbeFloor(name string, w onlineWorkload, floor time.Duration) {
 	if floor > w.slo.Latency {
-		msg := fmt.Sprintf("tidal: the SLO probe %s answers in %s with nothing lent to offline work, over its %s target (tidalqos.io/slo-latency): lending less cannot meet it, and lending stays at its minimum while the probe is over target",
-			w.slo.Probe, floor.Round(10*time.Microsecond), w.slo.Latency)
-		a.log.Warn("SLO probe slower than its target with nothing lent: lending less cannot meet the target",
-			"workload", name, "probe", w.slo.Probe, "target", w.slo.Latency, "withNothingLent", floor)
+		msg := fmt.Sprintf("tidal: the SLO %s is %s with nothing lent to offline work, over its %s target (tidalqos.io/slo-latency): lending less cannot meet it, and lending stays at its minimum while it is over target",
+			w.slo.Signal(), floor.Round(10*time.Microsecond), w.slo.Latency)
+		a.log.Warn("SLO signal slower than its target with nothing lent: lending less cannot meet the target",
+			"workload", name, "signal", w.slo.Signal(), "target", w.slo.Latency, "withNothingLent", floor)
 		if a.pods != nil {
 			a.pods.Event(w.uid, corev1.EventTypeWarning, eventSLOUnreachable, msg)
 		}
 		return
 	}
-	a.log.Info("SLO probe within its target with nothing lent again", "workload", name, "target", w.slo.Latency, "withNothingLent", floor)
+	a.log.Info("SLO signal within its target with nothing lent again", "workload", name, "target", w.slo.Latency, "withNothingLent", floor)
 	if a.pods != nil {
-		a.pods.Event(w.uid, corev1.EventTypeNormal, eventSLOReachable, fmt.Sprintf("tidal: the SLO probe %s answers in %s with nothing lent, within its %s target again",
-			w.slo.Probe, floor.Round(10*time.Microsecond), w.slo.Latency))
+		a.pods.Event(w.uid, corev1.EventTypeNormal, eventSLOReachable, fmt.Sprintf("tidal: the SLO %s is %s with nothing lent, within its %s target again",
+			w.slo.Signal(), floor.Round(10*time.Microsecond), w.slo.Latency))
 	}
 }
 

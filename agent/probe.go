@@ -153,9 +153,9 @@ func (p *probes) run(ctx context.Context, pr *probe) {
 		// counts as the timeout, so a probe that cannot answer holds lending down.
 		switch {
 		case err != nil && !failing:
-			p.log.Warn("SLO signal failing: each failure counts as its timeout", "workload", pr.name, "signal", pr.slo.Probe, "timeout", p.timeout(pr.slo), "err", err)
+			p.log.Warn("SLO signal failing: each failure counts as its timeout", "workload", pr.name, "signal", pr.slo.Signal(), "timeout", p.timeout(pr.slo), "err", err)
 		case err == nil && failing:
-			p.log.Info("SLO signal answering again", "workload", pr.name, "signal", pr.slo.Probe)
+			p.log.Info("SLO signal answering again", "workload", pr.name, "signal", pr.slo.Signal())
 		}
 		failing = err != nil
 		pr.record(s)

@@ -45,6 +45,14 @@ type SLO struct {
 	Latency   time.Duration
 }
 
+// Signal names the SLO's signal for messages: "probe URL", or "metric: the p99 of NAME on URL".
+func (s SLO) Signal() string {
+	if s.Histogram == "" {
+		return "probe " + s.Probe
+	}
+	return fmt.Sprintf("metric: the p%s of %s on %s", strconv.FormatFloat(100*s.Quantile, 'f', -1, 64), s.Histogram, s.Probe)
+}
+
 // checkProbe says what is wrong with a probe's URL, if anything.
 func checkProbe(probe string) error {
 	u, err := url.Parse(probe)

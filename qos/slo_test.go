@@ -63,3 +63,13 @@ func TestSLOAnnotations(t *testing.T) {
 		}
 	}
 }
+
+func TestSLOSignalNamesWhatIsMeasured(t *testing.T) {
+	if got := (SLO{Probe: "redis://:6379/PING"}).Signal(); got != "probe redis://:6379/PING" {
+		t.Errorf("a probe: %q", got)
+	}
+	m := SLO{Probe: "http://:8080/metrics", Histogram: `h_seconds{handler="/api"}`, Quantile: 0.999}
+	if got := m.Signal(); got != `metric: the p99.9 of h_seconds{handler="/api"} on http://:8080/metrics` {
+		t.Errorf("a metric: %q", got)
+	}
+}

@@ -85,9 +85,11 @@ type tidalResult struct {
 
 // dayAction is one grow, shrink or throttle decision of the agent.
 type dayAction struct {
-	T      float64 `json:"t"`
-	Kind   string  `json:"kind"`
-	Reason string  `json:"reason"`
+	T    float64 `json:"t"`
+	Kind string  `json:"kind"`
+	// Trigger is what set it off (docs/status.md: online-spike, interference, baseline…).
+	Trigger string `json:"trigger,omitempty"`
+	Reason  string `json:"reason"`
 }
 
 // lastThrottleBefore is the agent's last throttle before sec seconds into the day, if any.
@@ -260,7 +262,7 @@ func tidalFrom(w *agentWatch, phases []workload.Phase, dayStart time.Time, agent
 	for _, a := range w.sortedActions() {
 		switch a.Kind {
 		case "grow", "shrink", "throttle", "mechanism":
-			t.Actions = append(t.Actions, dayAction{T: a.Time.Sub(dayStart).Seconds(), Kind: a.Kind, Reason: a.Reason})
+			t.Actions = append(t.Actions, dayAction{T: a.Time.Sub(dayStart).Seconds(), Kind: a.Kind, Trigger: a.Trigger, Reason: a.Reason})
 		}
 		if a.Kind != "throttle" {
 			continue

@@ -112,7 +112,7 @@ func TestSLOProbeCutsLending(t *testing.T) {
 		}
 		return fmt.Errorf("indicators %+v", n.status().Pools[0].Control.Indicators)
 	})
-	if !strings.Contains(n.log.String(), "SLO probe slower than its target with nothing lent") {
+	if !strings.Contains(n.log.String(), "SLO signal slower than its target with nothing lent") {
 		t.Errorf("the agent's log does not say the target is under the probe's floor:\n%s", n.log.String())
 	}
 	text, err := exec.Command(tidalBin, "status", "--socket", n.socket).CombinedOutput()

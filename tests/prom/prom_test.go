@@ -1,7 +1,8 @@
 // Package prom checks tidal's Prometheus side with a real Prometheus (Debian's package, put
 // there by scripts/prom-tools.sh): it scrapes a live standalone agent and arbiter; every query
 // of the Grafana dashboard evaluates and returns series; promtool check metrics passes on both
-// /metrics outputs. It skips without root or the tools, and fails instead when CI=true.
+// /metrics outputs; the agent reads Prometheus's own latency histogram as an SLO metric. It
+// skips without root or the tools, and fails instead when CI=true.
 package prom
 
 import (
@@ -232,5 +233,70 @@ scrape_configs:
 	}
 	if t.Failed() {
 		t.Logf("prometheus log:\n%s", testutil.Tail(plog.String(), 30))
+	}
+}
+
+// A real third-party exporter as an SLO metric: Prometheus's own HTTP latency histogram
+// (prometheus_http_request_duration_seconds, one series per handler), read by the agent from
+// a Prometheus run under `tidal run` with a label selector. The agent finds the query
+// handler's buckets among the page's other series and shows their p99 as the workload's
+// metric latency. Until Prometheus listens the reads fail, which the log says once, and says
+// again when they answer.
+func TestPrometheusLatencyHistogramAsSLOMetric(t *testing.T) {
+	promBin, _ := tools(t)
+	ag := testutil.NewAgent(t, tidalBin, "interference:\n  interval: 200ms\n", "", false)
+	ag.Start()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfg, []byte("global:\n  scrape_interval: 1m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := testutil.FreeAddr(t)
+	ag.Run("--name", "prom", "--tier", "shared",
+		"--slo-metric", "http://"+addr+`/metrics#prometheus_http_request_duration_seconds{handler="/api/v1/query"}`, "--slo-latency", "5s",
+		"--", promBin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
+	ag.WaitWorkload("prom")
+
+	// Its users: an instant query every 50 ms, until the test ends.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_, _ = testutil.Get("http://" + addr + "/api/v1/query?query=up")
+			}
+		}
+	}()
+
+	var got string
+	testutil.Eventually(t, 30*time.Second, "prom's metric latency in status", func() error {
+		for _, p := range ag.Status().Pools {
+			for _, i := range p.Control.Indicators {
+				if i.Workload == "prom" && i.Name == "metric latency" {
+					got = fmt.Sprintf("%+v", i)
+					// Its queries take well under the first bucket's 100 ms bound, and a p99
+					// interpolated within that bucket lies inside it.
+					if i.Value > 0 && i.Value <= 0.1 && i.Target == 5 {
+						return nil
+					}
+				}
+			}
+		}
+		return fmt.Errorf("none yet (last seen: %s)", got)
+	})
+	log := ag.Log.String()
+	failing, again := strings.LastIndex(log, "SLO signal failing"), strings.LastIndex(log, "SLO signal answering again")
+	if failing >= 0 && again < failing {
+		t.Errorf("the agent's last word on the signal is a failure:\n%s", testutil.Tail(log, 20))
+	}
+	if strings.Contains(log, "not a histogram") || strings.Contains(log, "series in the page") {
+		t.Errorf("the agent could not find the histogram:\n%s", testutil.Tail(log, 20))
 	}
 }
