@@ -115,7 +115,7 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 	if err := r.makeCgroups(); err != nil {
 		return w, err
 	}
-	if r.sc.Tidal {
+	if r.sc.Tidal || r.sc.agentBeside {
 		a, err := r.b.startAgent(ctx, r.name+"-agent", path.Join(r.rel, "tidal"), path.Join(r.rel, "agent"), r.sc.agentConfig)
 		if err != nil {
 			return w, err
@@ -190,8 +190,10 @@ func (r *scenarioRun) makeCgroups() error {
 	loadgen := all
 	loadgen.CPUShares = loadgenShares
 	cgs := []plugins.Cgroup{{Path: r.rel, Settings: all}, {Path: r.sub("loadgen"), Settings: loadgen}}
-	if r.sc.Tidal {
+	if r.sc.Tidal || r.sc.agentBeside {
 		cgs = append(cgs, plugins.Cgroup{Path: r.sub("agent"), Settings: all})
+	}
+	if r.sc.Tidal {
 		return r.b.writer.Apply(cgs)
 	}
 	if r.sc.Online {
@@ -258,7 +260,7 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 // an agent do the samples feed the probe.
 func (r *scenarioRun) startContentionProbe() {
 	online, offline := r.sub("online"), r.sub("offline")
-	if r.agent != nil {
+	if r.sc.Tidal {
 		tiers := path.Join(r.rel, "tidal")
 		online, offline = path.Join(tiers, "shared"), path.Join(tiers, "reclaimed")
 		r.contention = newContentionProbe(int64(r.b.cpus.Size()) * 1000)
@@ -286,11 +288,11 @@ func (r *scenarioRun) startWorkload(name, tier, cgroup string, args ...string) (
 	return r.startCommand(name, tier, cgroup, nil, append([]string{r.b.tidal, "workload"}, args...))
 }
 
-// startCommand starts argv: through the agent in tier (with runFlags for `tidal run`) when
-// there is one, else in the benchmark's own cgroup.
+// startCommand starts argv: through the agent in tier (with runFlags for `tidal run`) in a
+// tidal scenario, else in the benchmark's own cgroup.
 func (r *scenarioRun) startCommand(name, tier, cgroup string, runFlags, argv []string) (*proc, error) {
 	var attach func(int) error
-	if r.agent != nil && tier != "" {
+	if r.sc.Tidal && tier != "" {
 		argv = r.agent.tidalRun(r.b.tidal, tier, name, runFlags, argv)
 	} else {
 		attach = func(pid int) error { return r.b.writer.Attach(cgroup, pid) }

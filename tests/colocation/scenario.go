@@ -23,6 +23,10 @@ type scenario struct {
 	oracle func(all cpuset.CPUSet, phase string) [][]plugins.Cgroup
 	// About says in a few words what the scenario is, for the results.
 	About string
+	// agentBeside: the agent runs, with its -day-workloads, beside a no-agent scenario that
+	// places the online service and the offline work itself: what the agent's own activity
+	// costs them, apart from where it puts them.
+	agentBeside bool
 	// agentConfig is the agent YAML of a tidal variant (a CPU mechanism other than the default).
 	agentConfig string
 	// onlyOwnWorkloads: the agent manages only the run's own workloads, not -day-workloads.
@@ -58,6 +62,11 @@ var scenarios = []scenario{
 	{Name: "idle", Online: true, Offline: true, About: "offline under a parent with cpu.idle 1 (the kernel's idle class), no agent",
 		offline: func(all cpuset.CPUSet) plugins.Settings {
 			return plugins.Settings{CPUs: all, CPUIdle: plugins.On}
+		}},
+	{Name: "besteffort-beside-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
+		About: "besteffort, with the agent running beside it managing its -day-workloads idle workloads only: what the agent's own activity costs online work, apart from where the agent places it",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
 		}},
 	{Name: "static", Online: true, Offline: true, About: "offline pinned to a fixed half of the CPUs (online unpinned)",
 		offline: upperHalfOffline},
