@@ -525,7 +525,7 @@ func TestSLOFloorOverTargetIsAnEventOnThePod(t *testing.T) {
 		for _, e := range c.events(t, "default", "web") {
 			if strings.HasPrefix(e, "SLOUnreachable: ") {
 				t.Logf("event: %s", e)
-				if !strings.Contains(e, "over its 10ms target") || !strings.Contains(e, "/work answers in ") {
+				if !strings.Contains(e, "over its 10ms target") || !strings.Contains(e, "the SLO probe http://127.0.0.1:") || !strings.Contains(e, "/work is ") {
 					t.Errorf("the Event does not give the figures: %s", e)
 				}
 				return nil
