@@ -31,6 +31,7 @@ targets=(
 	./agent:FuzzAdmitRequest
 	./agent/config:FuzzParse
 	./internal/yamlconf:FuzzParseSize
+	./internal/promhist:FuzzRead
 	./agent/config:FuzzParseCPUList
 	./agent/kube:FuzzExclusiveCPUs
 	./agent/kube:FuzzTierPolicy

@@ -145,7 +145,7 @@ func Read(r io.Reader, sel Selector) (Buckets, error) {
 				continue
 			}
 			le, err := strconv.ParseFloat(labels[model.BucketLabel], 64)
-			if err != nil {
+			if err != nil || math.IsNaN(le) {
 				return nil, fmt.Errorf("%s: a bucket without a numeric le label (%q)", bucketName, labels[model.BucketLabel])
 			}
 			// Untyped: the parser sees the bucket lines without their histogram's TYPE line.
@@ -164,6 +164,12 @@ func Read(r io.Reader, sel Selector) (Buckets, error) {
 		b = append(b, Bucket{UpperBound: le * sel.Seconds, Count: n})
 	}
 	sort.Slice(b, func(i, j int) bool { return b[i].UpperBound < b[j].UpperBound })
+	// Cumulative: no count below zero or below the bucket's under it, none NaN.
+	for i, bk := range b {
+		if math.IsNaN(bk.Count) || bk.Count < 0 || i > 0 && bk.Count < b[i-1].Count {
+			return nil, fmt.Errorf("%s: le=%q counts %v, not a cumulative count over the buckets under it", sel, strconv.FormatFloat(bk.UpperBound/sel.Seconds, 'g', -1, 64), bk.Count)
+		}
+	}
 	return b, nil
 }
 

@@ -97,8 +97,14 @@ func TestReadSumsTheSelectedSeries(t *testing.T) {
 			t.Errorf("Read(%s) = %v: want an error about %q", tc.sel, err, tc.err)
 		}
 	}
-	if _, err := Read(strings.NewReader("x_bucket{le=\"0.1\"} 1\n"), Selector{Name: "x", Seconds: 1}); err == nil || !strings.Contains(err.Error(), "+Inf") {
-		t.Errorf("a histogram without its +Inf bucket: %v", err)
+	for page, says := range map[string]string{
+		"x_bucket{le=\"0.1\"} 1\n": "+Inf",
+		"x_bucket{le=\"0.1\"} 5\nx_bucket{le=\"+Inf\"} 3\n": "not a cumulative count",
+		"x_bucket{le=\"NaN\"} 1\nx_bucket{le=\"+Inf\"} 3\n": "numeric le",
+	} {
+		if _, err := Read(strings.NewReader(page), Selector{Name: "x", Seconds: 1}); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("%q: %v, want an error about %q", page, err, says)
+		}
 	}
 }
 
@@ -147,4 +153,45 @@ func equal(a, b Buckets) bool {
 		}
 	}
 	return true
+}
+
+// A workload's page is whatever it serves: Read and what follows it never panic, and buckets
+// it returns rise by bound, end at +Inf, and give a quantile within their bounds.
+func FuzzRead(f *testing.F) {
+	f.Add("# TYPE h histogram\nh_bucket{le=\"0.1\"} 1\nh_bucket{le=\"+Inf\"} 2\n", "h", 0.99)
+	f.Add("h_bucket{a=\"x\",le=\"1\"} 3\nh_bucket{a=\"y\",le=\"1\"} 1\nh_bucket{a=\"x\",le=\"+Inf\"} 4\n", `h{a="x"}`, 0.5)
+	f.Add("# TYPE h summary\nh{quantile=\"0.5\"} 1\n", "h", 0.9)
+	f.Add("h_bucket{le=\"NaN\"} 1\nh_bucket{le=\"-1\"} -5\nh_bucket{le=\"+Inf\"} 1e308\n", "h_ms", 0.999)
+	f.Fuzz(func(t *testing.T, page, selector string, q float64) {
+		sel, err := ParseSelector(selector)
+		if err != nil {
+			return
+		}
+		b, err := Read(strings.NewReader(page), sel)
+		if err != nil {
+			return
+		}
+		if len(b) == 0 || !math.IsInf(b[len(b)-1].UpperBound, 1) {
+			t.Fatalf("buckets %v do not end at +Inf", b)
+		}
+		for i := 1; i < len(b); i++ {
+			if !(b[i-1].UpperBound < b[i].UpperBound) {
+				t.Fatalf("bounds do not rise: %v", b)
+			}
+		}
+		d, ok := b.Since(b)
+		if !ok || d.Total() != 0 {
+			t.Fatalf("a histogram less itself: %v, %v", d, ok)
+		}
+		if !(q > 0 && q < 1) {
+			return
+		}
+		v, beyond := b.Quantile(q)
+		if b.Total() > 0 && !beyond && len(b) >= 2 && (v > b[len(b)-2].UpperBound || v < min(0, b[0].UpperBound)) {
+			t.Fatalf("the %v quantile %v lies outside the finite bounds of %v", q, v, b)
+		}
+		if over := b.Over(v); over < 0 || over > b.Total() {
+			t.Fatalf("%v over %v of %v observations", over, v, b.Total())
+		}
+	})
 }

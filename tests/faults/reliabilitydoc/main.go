@@ -237,6 +237,7 @@ var inputs = map[string]string{
 	"./agent:FuzzAdmitRequest":                "local API POST /v1/workloads bodies, on a real agent",
 	"./agent/config:FuzzParse":                "the agent's config YAML",
 	"./internal/yamlconf:FuzzParseSize":       "sizes (\"512Mi\")",
+	"./internal/promhist:FuzzRead":            "a workload's Prometheus page, read for an SLO metric's histogram",
 	"./agent/config:FuzzParseCPUList":         "cpulists (\"0-3,8\")",
 	"./agent/kube:FuzzExclusiveCPUs":          "the kubelet CPU manager state file",
 	"./agent/kube:FuzzTierPolicy":             "the tier policy ConfigMap YAML",
