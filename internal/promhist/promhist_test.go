@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
 )
 
@@ -47,7 +48,7 @@ func exposition(t *testing.T, observe func(h *prometheus.HistogramVec)) *bytes.B
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "req_duration_milliseconds", Help: "h",
 		Buckets: []float64{1, 2, 5, 10, 50}}, []string{"handler"})
 	s := prometheus.NewSummary(prometheus.SummaryOpts{Name: "req_size_bytes", Help: "s"})
-	reg.MustRegister(h, s, prometheus.NewGoCollector())
+	reg.MustRegister(h, s, collectors.NewGoCollector())
 	s.Observe(10)
 	observe(h)
 	families, err := reg.Gather()
@@ -98,7 +99,7 @@ func TestReadSumsTheSelectedSeries(t *testing.T) {
 		}
 	}
 	for page, says := range map[string]string{
-		"x_bucket{le=\"0.1\"} 1\n": "+Inf",
+		"x_bucket{le=\"0.1\"} 1\n":                          "+Inf",
 		"x_bucket{le=\"0.1\"} 5\nx_bucket{le=\"+Inf\"} 3\n": "not a cumulative count",
 		"x_bucket{le=\"NaN\"} 1\nx_bucket{le=\"+Inf\"} 3\n": "numeric le",
 	} {
