@@ -140,18 +140,24 @@ func TestRedisSLOProbeCutsLending(t *testing.T) {
 	n.run("--tier", "shared", "--name", "db", "--slo-probe", "redis://"+addr+"/DEBUG/SLEEP/0.03", "--slo-latency", "10ms",
 		"--", redis, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--enable-debug-command", "yes")
 	n.waitWorkload("db")
-	cut := waitThrottle(n, 15*time.Second, "probe latency of db")
+	// About 30 ms: a failed probe would count as its 200 ms timeout.
+	sloCuts(n, "db", "probe latency", 0.025, 0.15)
+}
+
+// sloCuts waits for an interference cut by workload's SLO indicator, naming its 10 ms target,
+// and checks that status shows its figure in [lo, hi) seconds against that target.
+func sloCuts(n *node, workload, indicator string, lo, hi float64) {
+	n.t.Helper()
+	cut := waitThrottle(n, 15*time.Second, indicator+" of "+workload)
 	if !strings.Contains(cut.Reason, "(target 0.010)") || cut.Trigger != "interference" {
-		t.Errorf("the cut does not show the probe's target, or is not an interference cut (trigger %q): %s", cut.Trigger, cut.Reason)
+		n.t.Errorf("the cut does not show the target, or is not an interference cut (trigger %q): %s", cut.Trigger, cut.Reason)
 	}
-	found := false
 	for _, i := range n.status().Pools[0].Control.Indicators {
-		found = found || i.Workload == "db" && i.Name == "probe latency" && i.Value >= 0.025 && i.Value < 0.15 && i.Target == 0.01
+		if i.Workload == workload && i.Name == indicator && i.Value >= lo && i.Value < hi && i.Target == 0.01 {
+			return
+		}
 	}
-	if !found {
-		t.Errorf("status shows no probe latency of about 30 ms for db (a failed probe counts as its 200 ms timeout): %+v",
-			n.status().Pools[0].Control.Indicators)
-	}
+	n.t.Errorf("status shows no %s of %.0f-%.0f ms for %s: %+v", indicator, 1000*lo, 1000*hi, workload, n.status().Pools[0].Control.Indicators)
 }
 
 // A service's own latency histogram as its SLO signal: the agent reads the Prometheus page
@@ -186,18 +192,8 @@ func TestSLOMetricCutsLending(t *testing.T) {
 			}
 		}
 	})
-	cut := waitThrottle(n, 15*time.Second, "metric latency of web")
-	if !strings.Contains(cut.Reason, "(target 0.010)") || cut.Trigger != "interference" {
-		t.Errorf("the cut does not show the metric's target, or is not an interference cut (trigger %q): %s", cut.Trigger, cut.Reason)
-	}
-	found := false
-	for _, i := range n.status().Pools[0].Control.Indicators {
-		found = found || i.Workload == "web" && i.Name == "metric latency" && i.Value >= 0.02 && i.Value < 0.09 && i.Target == 0.01
-	}
-	if !found {
-		t.Errorf("status shows no metric latency of 20-90 ms for web (a failed read counts as its 100 ms timeout): %+v",
-			n.status().Pools[0].Control.Indicators)
-	}
+	// The requests' time: a failed read would count as its 100 ms timeout.
+	sloCuts(n, "web", "metric latency", 0.02, 0.09)
 	if strings.Contains(n.log.String(), "SLO signal failing") {
 		t.Errorf("the agent could not read the server's histogram:\n%s", n.log.String())
 	}
