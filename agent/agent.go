@@ -74,6 +74,9 @@ type Agent struct {
 	signal   evict.Evictor
 
 	reconciling sync.Mutex
+	// moves are reclaimed workloads adopted from the tier's old place whose processes are
+	// still to move (legacy.go); under reconciling.
+	moves []cgroupMove
 	// limitsWrite serializes the fast path's narrow writes (writeReclaimedLimits); it is
 	// taken before mu, never under it.
 	limitsWrite sync.Mutex

@@ -76,7 +76,7 @@ func newFakeHost(t *testing.T) *fakeHost {
 	h.cgroup("")
 	h.cgroup("tidal")
 	for _, tier := range qos.AllTiers() {
-		h.cgroup(filepath.Join("tidal", string(tier)))
+		h.cgroup(plugins.TierPath("tidal", tier))
 	}
 	return h
 }
@@ -141,7 +141,7 @@ func (h *fakeHost) agentWith(stateDir string, set func(*config.Config)) *Agent {
 // every CPU busy busy%.
 func (h *fakeHost) batch(a *Agent) (pass func(busy int)) {
 	h.t.Helper()
-	h.cgroup("tidal/reclaimed/batch")
+	h.cgroup("tidal-reclaimed/batch")
 	if _, err := a.Admit(AdmitRequest{Name: "batch", Tier: "reclaimed", PID: sleeper(h.t)}, 0); err != nil {
 		h.t.Fatal(err)
 	}
@@ -180,11 +180,11 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	a := h.agent(state, mechanism)
 	limit := func() string {
 		if mechanism == plugins.MechanismQuota {
-			return h.read("tidal/reclaimed", "cpu.max")
+			return h.read("tidal-reclaimed", "cpu.max")
 		}
-		return h.read("tidal/reclaimed", "cpuset.cpus")
+		return h.read("tidal-reclaimed", "cpuset.cpus")
 	}
-	h.cgroup("tidal/reclaimed/batch")
+	h.cgroup("tidal-reclaimed/batch")
 	h.cgroup("tidal/dedicated/db")
 
 	batch := sleeper(t)
@@ -199,10 +199,10 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	if w.CPUs != "3" {
 		t.Errorf("dedicated cores %q, want 3 (the highest, farthest from system work)", w.CPUs)
 	}
-	if got := h.read("tidal/reclaimed/batch", "cgroup.procs"); got != fmt.Sprint(batch) {
+	if got := h.read("tidal-reclaimed/batch", "cgroup.procs"); got != fmt.Sprint(batch) {
 		t.Errorf("batch's cgroup.procs = %q, want its pid", got)
 	}
-	if got, want := h.read("tidal/reclaimed", "cpu.idle"), map[bool]string{true: "0", false: "1"}[mechanism == plugins.MechanismShares]; got != want {
+	if got, want := h.read("tidal-reclaimed", "cpu.idle"), map[bool]string{true: "0", false: "1"}[mechanism == plugins.MechanismShares]; got != want {
 		t.Errorf("reclaimed tier cpu.idle = %q, want %s", got, want)
 	}
 	if got := h.read("tidal/shared", "cpuset.cpus"); got != "0-2" {
@@ -231,7 +231,7 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	// figure is its rate between two samples (round robin: at most workloadSampleEvery
 	// passes apart).
 	before, _ := a.store.Snapshot().Get("batch")
-	h.setCPU("tidal/reclaimed/batch", 2*time.Second)
+	h.setCPU("tidal-reclaimed/batch", 2*time.Second)
 	for range workloadSampleEvery {
 		a.sampler.at = a.sampler.at.Add(-time.Second)
 		a.slowPass(ctx)
@@ -252,7 +252,7 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	} else if cores && grown != "1-2" {
 		t.Fatalf("reclaimed pool %q after growing, want 1-2 (2420m in whole cores, highest first)", grown)
 	}
-	if q := h.read("tidal/reclaimed", "cpu.max"); mechanism != plugins.MechanismQuota && q != "max 100000" {
+	if q := h.read("tidal-reclaimed", "cpu.max"); mechanism != plugins.MechanismQuota && q != "max 100000" {
 		t.Errorf("reclaimed quota %q under the %s mechanism, want none", q, mechanism)
 	}
 	// Under cores online work gives up the lent cores; under the others it keeps them all.
@@ -278,7 +278,7 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 		wantWrites["cpu.quota"] = 1
 	case plugins.MechanismCores:
 		wantWrites["cpu.quota"], wantWrites["cpuset.cpus"] = 1, 4
-		if q := h.read("tidal/reclaimed", "cpu.max"); q != "10000 100000" {
+		if q := h.read("tidal-reclaimed", "cpu.max"); q != "10000 100000" {
 			t.Errorf("reclaimed quota %q under cores with less than a core lent, want 10000 100000", q)
 		}
 		for _, tier := range []string{"tidal/shared", "tidal/system"} {
@@ -318,7 +318,7 @@ func TestQuotaOnCutHoldsALeaseByTheQuota(t *testing.T) {
 	for range 14 {
 		pass(10)
 	}
-	if got := h.read("tidal/reclaimed", "cpu.max"); got != "max 100000" {
+	if got := h.read("tidal-reclaimed", "cpu.max"); got != "max 100000" {
 		t.Fatalf("reclaimed quota %q after growing with no cut and no lease, want none", got)
 	}
 	far := time.Now().Add(time.Hour)
@@ -327,7 +327,7 @@ func TestQuotaOnCutHoldsALeaseByTheQuota(t *testing.T) {
 		Grants: []arbiterapi.Grant{{Queue: "queue-1", MilliCPU: 500, MemoryBytes: 1 << 30, Until: far}}}}
 	a.mu.Unlock()
 	pass(10)
-	if got := h.read("tidal/reclaimed", "cpu.max"); got != "50000 100000" {
+	if got := h.read("tidal-reclaimed", "cpu.max"); got != "50000 100000" {
 		t.Errorf("reclaimed quota %q under a lease of 500m, want 50000 100000", got)
 	}
 	a.mu.Lock()
@@ -350,7 +350,7 @@ func TestQuotaOnCutHoldsReclaimedWorkToTheQuotaAfterACut(t *testing.T) {
 	})
 	ctx := context.Background()
 	pass := h.batch(a)
-	quota := func() string { return h.read("tidal/reclaimed", "cpu.max") }
+	quota := func() string { return h.read("tidal-reclaimed", "cpu.max") }
 	mechanism := func() (string, string) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -404,7 +404,7 @@ func TestQuotaOnCutHoldsReclaimedWorkToTheQuotaAfterACut(t *testing.T) {
 	if got := quota(); got != "max 100000" {
 		t.Errorf("reclaimed quota %q after cpu.quotaAfterCut, want none", got)
 	}
-	if got := h.read("tidal/reclaimed", "cpu.idle"); got != "1" {
+	if got := h.read("tidal-reclaimed", "cpu.idle"); got != "1" {
 		t.Errorf("reclaimed cpu.idle %q, want 1", got)
 	}
 }
@@ -424,16 +424,16 @@ func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
 	for range 14 {
 		pass(10)
 	}
-	if got := h.read("tidal/reclaimed", "cpuset.cpus"); got != "0-3" {
+	if got := h.read("tidal-reclaimed", "cpuset.cpus"); got != "0-3" {
 		t.Fatalf("reclaimed pool %q after growing, want 0-3 (widening is not held)", got)
 	}
 
 	writes := a.writer.Stats().Writes
 	a.spike(time.Now(), 3900, 0)
-	if got := h.read("tidal/reclaimed", "cpu.max"); got != "10000 100000" {
+	if got := h.read("tidal-reclaimed", "cpu.max"); got != "10000 100000" {
 		t.Errorf("reclaimed quota %q after the spike, want 10000 100000", got)
 	}
-	for _, p := range []string{"tidal/reclaimed", "tidal/reclaimed/batch"} {
+	for _, p := range []string{"tidal-reclaimed", "tidal-reclaimed/batch"} {
 		if got := h.read(p, "cpuset.cpus"); got != "0-3" {
 			t.Errorf("%s cpuset %q right after the cut, want 0-3 (held)", p, got)
 		}
@@ -444,7 +444,7 @@ func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
 
 	// Online work stays busy: lending stays at its minimum, the pool is still held...
 	pass(95)
-	if got := h.read("tidal/reclaimed", "cpuset.cpus"); got != "0-3" {
+	if got := h.read("tidal-reclaimed", "cpuset.cpus"); got != "0-3" {
 		t.Errorf("reclaimed pool %q within the hold, want 0-3", got)
 	}
 	// ... until the hold is over.
@@ -454,7 +454,7 @@ func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
 	}
 	a.mu.Unlock()
 	pass(95)
-	for _, p := range []string{"tidal/reclaimed", "tidal/reclaimed/batch"} {
+	for _, p := range []string{"tidal-reclaimed", "tidal-reclaimed/batch"} {
 		if got := h.read(p, "cpuset.cpus"); got != "3" {
 			t.Errorf("%s cpuset %q after the hold, want 3 (ceil of the 100m lent)", p, got)
 		}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
 
@@ -17,12 +19,12 @@ import (
 // writes a cgroup, so a second agent that cannot have one of them stops without touching the
 // first one's workloads.
 type claim struct {
-	stateLock, rootLock *os.File
-	api, metrics        net.Listener // metrics nil when disabled
+	stateLock, rootLock, reclaimedLock *os.File
+	api, metrics                       net.Listener // metrics nil when disabled
 }
 
 // claimNode takes, in order: the state folder, the API socket, the metrics address and the
-// cgroup root (created if missing, and locked).
+// cgroup root and the reclaimed tier beside it (created if missing, and locked).
 func claimNode(cfg config.Config, layout *cgroupfs.Layout) (c claim, err error) {
 	defer func() {
 		if err != nil {
@@ -40,13 +42,16 @@ func claimNode(cfg config.Config, layout *cgroupfs.Layout) (c claim, err error) 
 			return c, fmt.Errorf("metrics address %s: %w", addr, err)
 		}
 	}
-	c.rootLock, err = lockCgroupRoot(layout.Dir("cpu", cfg.Cgroup.Root))
+	if c.rootLock, err = lockCgroupRoot(layout.Dir("cpu", cfg.Cgroup.Root)); err != nil {
+		return c, err
+	}
+	c.reclaimedLock, err = lockCgroupRoot(layout.Dir("cpu", plugins.TierPath(cfg.Cgroup.Root, qos.Reclaimed)))
 	return c, err
 }
 
 // release gives back whatever was taken; the listeners remove their socket file.
 func (c *claim) release() {
-	for _, f := range []*os.File{c.rootLock, c.stateLock} {
+	for _, f := range []*os.File{c.reclaimedLock, c.rootLock, c.stateLock} {
 		if f != nil {
 			_ = f.Close()
 		}

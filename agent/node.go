@@ -264,6 +264,9 @@ func (a *Agent) reconcile() error {
 	a.applyErr = err
 	shrunk := a.planGeneration != generation
 	a.mu.Unlock()
+	if err == nil && len(a.moves) > 0 {
+		a.moveLegacyLocked()
+	}
 	if shrunk {
 		// The fast path shrank lending while this pass wrote the older, larger limits.
 		a.writeReclaimedLimits()
@@ -391,35 +394,17 @@ func (a *Agent) restore() error {
 		}
 	}
 	for _, tier := range qos.AllTiers() {
-		tierPath := plugins.TierPath(a.cfg.Cgroup.Root, tier)
-		names, err := a.layout.Children(tierPath)
+		found, err := a.scanTier(plugins.TierPath(a.cfg.Cgroup.Root, tier), tier, byPath)
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			return fmt.Errorf("read cgroup %s: %w", tierPath, err)
+			return err
 		}
-		for _, name := range names {
-			p := path.Join(tierPath, name)
-			pids, err := a.layout.Procs(p, true)
-			if err == nil && len(pids) == 0 {
-				if err := a.writer.Remove(p); err != nil {
-					a.log.Warn("cannot remove empty workload cgroup", "cgroup", p, "err", err)
-				}
-				continue
-			}
-			w, ok := byPath[p]
-			if !ok {
-				w = plugins.Workload{Name: name, Tier: tier, Cgroup: p, Started: time.Now(), DedicatedCPUs: cpuset.New()}
-				if tier == qos.Dedicated {
-					text, _ := a.layout.CPUs(p)
-					w.DedicatedCPUs, _ = cpuset.Parse(text)
-				}
-				a.log.Warn("adopting a workload missing from the checkpoint", "cgroup", p, "pids", pids)
-			}
-			keep = append(keep, state.Record{Workload: w, Source: standalone.Name, PIDs: pids})
-		}
+		keep = append(keep, found...)
 	}
+	moved, err := a.adoptLegacyReclaimed(byPath)
+	if err != nil {
+		return err
+	}
+	keep = append(keep, moved...)
 	for _, err := range a.store.Adopt(keep) {
 		a.log.Warn("cannot restore lent GPUs", "err", err)
 	}
@@ -427,6 +412,40 @@ func (a *Agent) restore() error {
 		a.log.Info("restored workloads", "count", len(keep))
 	}
 	return nil
+}
+
+// scanTier returns a record for every workload cgroup with processes in tier's cgroup dir,
+// its checkpointed workload where there is one, and removes the empty ones.
+func (a *Agent) scanTier(dir string, tier qos.Tier, byPath map[string]plugins.Workload) ([]state.Record, error) {
+	names, err := a.layout.Children(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read cgroup %s: %w", dir, err)
+	}
+	var found []state.Record
+	for _, name := range names {
+		p := path.Join(dir, name)
+		pids, err := a.layout.Procs(p, true)
+		if err == nil && len(pids) == 0 {
+			if err := a.writer.Remove(p); err != nil {
+				a.log.Warn("cannot remove empty workload cgroup", "cgroup", p, "err", err)
+			}
+			continue
+		}
+		w, ok := byPath[p]
+		if !ok {
+			w = plugins.Workload{Name: name, Tier: tier, Cgroup: p, Started: time.Now(), DedicatedCPUs: cpuset.New()}
+			if tier == qos.Dedicated {
+				text, _ := a.layout.CPUs(p)
+				w.DedicatedCPUs, _ = cpuset.Parse(text)
+			}
+			a.log.Warn("adopting a workload missing from the checkpoint", "cgroup", p, "pids", pids)
+		}
+		found = append(found, state.Record{Workload: w, Source: standalone.Name, PIDs: pids})
+	}
+	return found, nil
 }
 
 // Teardown removes tidal's cgroup tree (workloads, tiers, root) once no process is left in it.

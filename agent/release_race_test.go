@@ -13,6 +13,8 @@ import (
 
 	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/isolation/isolationtest"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
 )
 
 // Releasing workloads while reconcile passes run back to back leaves no cgroup behind: a pass
@@ -83,14 +85,14 @@ func TestReleaseBesideReconcileLeavesNoCgroup(t *testing.T) {
 	close(stop)
 	<-done
 	var left []string
-	for _, tier := range []string{"shared", "reclaimed"} {
-		entries, err := os.ReadDir(layout.Dir("cpu", root+"/"+tier))
+	for _, tier := range []qos.Tier{qos.Shared, qos.Reclaimed} {
+		entries, err := os.ReadDir(layout.Dir("cpu", plugins.TierPath(root, tier)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range entries {
 			if e.IsDir() {
-				left = append(left, tier+"/"+e.Name())
+				left = append(left, string(tier)+"/"+e.Name())
 			}
 		}
 	}

@@ -98,7 +98,7 @@ func (l IOLimit) Unlimited() bool {
 const BurstOff int64 = -1
 
 // Cgroup is the desired state of one cgroup. Path is relative to the hierarchy root
-// ("tidal/reclaimed/batch-1").
+// ("tidal-reclaimed/batch-1").
 type Cgroup struct {
 	Path     string
 	Settings Settings

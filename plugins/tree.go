@@ -7,8 +7,8 @@ import (
 	"github.com/tidalqos/tidal/qos"
 )
 
-// Tree is the desired state of tidal's cgroup tree: the root, one cgroup per tier and one per
-// workload, parents before children. Resource plugins each fill in their own knobs.
+// Tree is the desired state of tidal's cgroup tree: the root, one cgroup per tier (the
+// reclaimed tier beside the root, see TierPath) and one per workload, parents before children. Resource plugins each fill in their own knobs.
 type Tree struct {
 	nodes []Cgroup
 	index map[string]int
@@ -21,12 +21,25 @@ type Tree struct {
 	containerLimits map[string]map[string]int64
 }
 
-// TierPath is the cgroup of a tier under root ("tidal/reclaimed").
-func TierPath(root string, tier qos.Tier) string { return path.Join(root, string(tier)) }
+// TierPath is the cgroup of a tier: the online tiers under root ("tidal/shared"), the
+// reclaimed tier beside it ("tidal-reclaimed"). Reclaimed work must not share a parent with
+// online work: the parent would be runnable whenever reclaimed work is, spending the online
+// tiers' fair share against the parent's siblings, and a waking online task would then wait
+// behind those siblings (Redis's run-queue wait 3-5x, docs/benchmark.md#cgroup-shape).
+func TierPath(root string, tier qos.Tier) string {
+	if tier == qos.Reclaimed {
+		return path.Join(path.Dir(root), path.Base(root)+"-"+string(qos.Reclaimed))
+	}
+	return path.Join(root, string(tier))
+}
 
-// WorkloadPath is the cgroup of a named workload ("tidal/reclaimed/batch-1").
+// LegacyReclaimedPath is where the reclaimed tier was before it moved beside root
+// ("tidal/reclaimed"): an agent adopts what it finds there into the tier's new place.
+func LegacyReclaimedPath(root string) string { return path.Join(root, string(qos.Reclaimed)) }
+
+// WorkloadPath is the cgroup of a named workload ("tidal/shared/web-1", "tidal-reclaimed/batch-1").
 func WorkloadPath(root string, tier qos.Tier, name string) string {
-	return path.Join(root, string(tier), name)
+	return path.Join(TierPath(root, tier), name)
 }
 
 // NewTree lays out the cgroups for root, its tiers and the workloads, all settings unset.

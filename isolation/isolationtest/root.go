@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 )
 
@@ -48,8 +50,9 @@ func Unavailable(t testing.TB, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
-// RootName returns a fresh cgroup root name ("tidal-test-<random>") and removes that tree from
-// every hierarchy of layout when the test ends.
+// RootName returns a fresh cgroup root name ("tidal-test-<random>") and removes that tree, and
+// the reclaimed tier an agent keeps beside it ("tidal-test-<random>-reclaimed"), from every
+// hierarchy of layout when the test ends.
 func RootName(t testing.TB, layout *cgroupfs.Layout) string {
 	t.Helper()
 	b := make([]byte, 6)
@@ -57,7 +60,10 @@ func RootName(t testing.TB, layout *cgroupfs.Layout) string {
 		t.Fatal(err)
 	}
 	name := "tidal-test-" + hex.EncodeToString(b)
-	t.Cleanup(func() { Cleanup(t, layout, name) })
+	t.Cleanup(func() {
+		Cleanup(t, layout, name)
+		Cleanup(t, layout, plugins.TierPath(name, qos.Reclaimed))
+	})
 	return name
 }
 

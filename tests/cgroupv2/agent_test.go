@@ -165,7 +165,7 @@ func TestV2StandaloneTiers(t *testing.T) {
 	if err := first.Wait(); err != nil {
 		t.Fatalf("tidal run cat: %v\n%s", err, out)
 	}
-	if got, want := strings.TrimSpace(out.String()), "0::/"+n.root+"/reclaimed/first"; got != want {
+	if got, want := strings.TrimSpace(out.String()), "0::/"+n.root+"-reclaimed/first"; got != want {
 		t.Errorf("the command's first instruction ran in %q, want %q", got, want)
 	}
 
@@ -199,7 +199,7 @@ func TestV2StandaloneTiers(t *testing.T) {
 		if got, want := pool.Size(), int((lent+999)/1000); got != want {
 			return fmt.Errorf("reclaimed pool %s has %d CPUs, want %d (lent %dm)", pool, got, want, lent)
 		}
-		for _, cg := range []string{n.root + "/reclaimed", burn.Cgroup} {
+		for _, cg := range []string{n.root + "-reclaimed", burn.Cgroup} {
 			if got := n.file(cg, "cpu.max"); got != "max 100000" {
 				return fmt.Errorf("%s cpu.max = %q, want max (the idle mechanism sets no quota)", cg, got)
 			}
@@ -208,7 +208,7 @@ func TestV2StandaloneTiers(t *testing.T) {
 		if err != nil || cpus.IsEmpty() || !cpus.IsSubsetOf(pool) {
 			return fmt.Errorf("effective cpuset %s not inside the reclaimed pool %s", cpus, pool)
 		}
-		if got, want := n.file(n.root+"/reclaimed", "memory.max"), strconv.FormatInt(s.Lendable.MemoryBytes, 10); got != want {
+		if got, want := n.file(n.root+"-reclaimed", "memory.max"), strconv.FormatInt(s.Lendable.MemoryBytes, 10); got != want {
 			return fmt.Errorf("reclaimed tier memory.max = %s, want lent memory %s", got, want)
 		}
 		return nil
@@ -232,7 +232,7 @@ func TestV2StandaloneTiers(t *testing.T) {
 		t.Errorf("db effective cpuset = %s, want %s", got, mine)
 	}
 	n.eventually(30*time.Second, "dedicated core exclusive", func() error {
-		for _, rel := range []string{n.root + "/shared", web.Cgroup, n.root + "/reclaimed", burn.Cgroup, n.root + "/system"} {
+		for _, rel := range []string{n.root + "/shared", web.Cgroup, n.root + "-reclaimed", burn.Cgroup, n.root + "/system"} {
 			set, err := cpuset.Parse(n.file(rel, "cpuset.cpus.effective"))
 			if err != nil {
 				return err
@@ -341,7 +341,7 @@ func TestV2Eviction(t *testing.T) {
 			return nil
 		})
 	}
-	if pids, err := n.layout.Procs(n.root+"/reclaimed", true); err != nil || len(pids) != 0 {
+	if pids, err := n.layout.Procs(n.root+"-reclaimed", true); err != nil || len(pids) != 0 {
 		t.Errorf("processes left in the reclaimed tier: %v, %v", pids, err)
 	}
 	if w, ok := n.workload("web"); !ok || len(w.PIDs) == 0 {
@@ -380,7 +380,7 @@ func TestV2RestartAdoption(t *testing.T) {
 	if s.MetricsOK || s.Lendable.MilliCPU != 0 {
 		t.Errorf("right after restart: metrics fresh %v, lendable %dm; want stale and 0", s.MetricsOK, s.Lendable.MilliCPU)
 	}
-	if got := n.file(n.root+"/reclaimed", "cpuset.cpus"); strings.ContainsAny(got, ",-") {
+	if got := n.file(n.root+"-reclaimed", "cpuset.cpus"); strings.ContainsAny(got, ",-") {
 		t.Errorf("reclaimed pool after restart = %q, want one CPU (100m)", got)
 	}
 	tiers := map[string]string{}

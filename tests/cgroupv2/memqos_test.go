@@ -32,7 +32,7 @@ func TestV2MemoryHighSlowsAFastHog(t *testing.T) {
 	web := n.waitWorkload("web")
 	hog, out := n.run("--tier", "reclaimed", "--name", "hog", "--", tidalBin(t), "workload", "memhog", "--target", "256Mi", "--rate", "0")
 	n.waitWorkload("hog")
-	tier := n.root + "/reclaimed"
+	tier := n.root + "-reclaimed"
 	n.eventually(180*time.Second, "the hog reached its size", func() error {
 		if hog.ProcessState != nil {
 			return fmt.Errorf("hog exited: %s", out.String())
@@ -61,7 +61,7 @@ func TestV2MemoryHighSlowsAFastHog(t *testing.T) {
 		{n.root + "/shared", "memory.low", "max"},
 		{n.root + "/dedicated", "memory.min", "max"},
 		{tier, "memory.low", "0"},
-		{n.root + "/reclaimed/hog", "memory.high", "max"},
+		{n.root + "-reclaimed/hog", "memory.high", "max"},
 	} {
 		if got := n.file(c.rel, c.file); got != c.want {
 			t.Errorf("%s/%s = %s, want %s", c.rel, c.file, got, c.want)

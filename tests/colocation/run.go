@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/sysadvisor/interference"
 )
 
@@ -262,7 +263,7 @@ func (r *scenarioRun) startContentionProbe() {
 	online, offline := r.sub("online"), r.sub("offline")
 	if r.sc.Tidal {
 		tiers := path.Join(r.rel, "tidal")
-		online, offline = path.Join(tiers, "shared"), path.Join(tiers, "reclaimed")
+		online, offline = plugins.TierPath(tiers, qos.Shared), plugins.TierPath(tiers, qos.Reclaimed)
 		r.contention = newContentionProbe(int64(r.b.cpus.Size()) * 1000)
 	}
 	sampler, probe := newContentionSampler(r.b.layout, online, offline), r.contention

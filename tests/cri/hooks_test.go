@@ -184,7 +184,7 @@ func TestCRIProxyConfinesFromCreation(t *testing.T) {
 			t.Errorf("pod cgroup cpu.idle %s right after RunPodSandbox, want 1", got)
 		}
 	}
-	reclaimedPool := cpus(t, layout, root+"/tidal/reclaimed")
+	reclaimedPool := cpus(t, layout, root+"/tidal-reclaimed")
 	id := critest.CreateContainer(t, rs, podID, nil, "burner", burnerImage, []string{"--threads", "1"},
 		&runtimeapi.LinuxContainerResources{CpuShares: 1024, CpusetCpus: all.String()}, nil)
 	critest.StartContainer(t, rs, id)
@@ -335,7 +335,7 @@ func TestNRIPluginAdjustsAndSynchronizes(t *testing.T) {
 	lparent := critest.PodCgroupParent(root, late)
 	makePodCgroup(t, layout, lparent)
 	lpod := critest.RunPod(t, rs, "late", "default", late, lparent, map[string]string{"tidalqos.io/qos-level": "reclaimed"})
-	reclaimedPool := cpus(t, layout, root+"/tidal/reclaimed")
+	reclaimedPool := cpus(t, layout, root+"/tidal-reclaimed")
 	lid := critest.CreateContainer(t, rs, lpod, nil, "burner", burnerImage, []string{"--threads", "1"},
 		&runtimeapi.LinuxContainerResources{CpuShares: 1024, CpusetCpus: all.String()}, nil)
 	critest.StartContainer(t, rs, lid)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tidalqos/tidal/agent"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
 	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/tests/testutil"
 )
@@ -223,17 +225,17 @@ func TestStateFolderFullOrReadOnly(t *testing.T) {
 	// exits with an error naming the folder (no panic, no crash loop of half-started agents);
 	// the workloads keep their cgroups and the last settings written.
 	a.Kill9()
-	quota, _ := a.File("cpu", a.Root+"/reclaimed", "cpu.cfs_quota_us")
+	quota, _ := a.File("cpu", a.Root+"-reclaimed", "cpu.cfs_quota_us")
 	out, err := exec.Command(tidalBin, "agent", "--config", a.Config).CombinedOutput()
 	if err == nil || strings.Contains(string(out), "panic") || !strings.Contains(string(out), state) {
 		t.Errorf("agent on a read-only state folder: %v\n%s", err, out)
 	}
 	for _, name := range []string{"before", "full"} {
-		if len(procs(a, "cpu", a.Root+"/"+map[string]string{"before": "shared", "full": "reclaimed"}[name]+"/"+name)) == 0 {
+		if len(procs(a, "cpu", plugins.WorkloadPath(a.Root, map[string]qos.Tier{"before": qos.Shared, "full": qos.Reclaimed}[name], name))) == 0 {
 			t.Errorf("workload %s lost its processes while no agent could start", name)
 		}
 	}
-	after, _ := a.File("cpu", a.Root+"/reclaimed", "cpu.cfs_quota_us")
+	after, _ := a.File("cpu", a.Root+"-reclaimed", "cpu.cfs_quota_us")
 	if after != quota {
 		t.Errorf("reclaimed quota changed with no agent running: %s -> %s", quota, after)
 	}
@@ -398,7 +400,7 @@ func TestCgroupFileRefusesWrites(t *testing.T) {
 		}
 		return nil
 	})
-	target := filepath.Join(a.Layout.Dir("cpu", a.Root+"/reclaimed"), "cpu.cfs_quota_us")
+	target := filepath.Join(a.Layout.Dir("cpu", a.Root+"-reclaimed"), "cpu.cfs_quota_us")
 	fake := filepath.Join(t.TempDir(), "quota")
 	if err := os.WriteFile(fake, []byte("-1\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -454,7 +456,7 @@ func TestCgroupFileRefusesWrites(t *testing.T) {
 		}
 		return nil
 	})
-	q, _ := a.File("cpu", a.Root+"/reclaimed", "cpu.cfs_quota_us")
+	q, _ := a.File("cpu", a.Root+"-reclaimed", "cpu.cfs_quota_us")
 	o.Add(t, "safe state (error reported, lendable 0) %s after the file refused writes; held while it refused; write errors counted: %v", safeAfter.Round(100*time.Millisecond), counted)
 	o.Add(t, "status said %q", firstN(cgErr, 140))
 	o.Add(t, "recovered by itself %s after the file took writes again (quota %s)", time.Since(fixed).Round(100*time.Millisecond), q)

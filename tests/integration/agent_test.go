@@ -34,7 +34,7 @@ func TestReclaimedWorkloadIsConfined(t *testing.T) {
 	if err := first.Wait(); err != nil {
 		t.Fatalf("tidal run cat: %v\n%s", err, out)
 	}
-	wantPath := "/" + n.root + "/reclaimed/first"
+	wantPath := "/" + n.root + "-reclaimed/first"
 	for _, c := range []string{"cpu", "cpuset", "memory"} {
 		if !strings.Contains(out.String(), ":"+c+":"+wantPath) && !strings.Contains(out.String(), ","+c+":"+wantPath) && !strings.Contains(out.String(), ":"+c+",") {
 			t.Errorf("first instruction ran outside %s for %s:\n%s", wantPath, c, out)
@@ -70,10 +70,10 @@ func TestReclaimedWorkloadIsConfined(t *testing.T) {
 		if got, want := reclaimedPool.Size(), int((lent+999)/1000); got != want {
 			return fmt.Errorf("reclaimed pool %s has %d CPUs, want %d (lent %dm)", reclaimedPool, got, want, lent)
 		}
-		if got := n.file("cpuset", n.root+"/reclaimed", "cpuset.cpus"); got != reclaimedPool.String() {
+		if got := n.file("cpuset", n.root+"-reclaimed", "cpuset.cpus"); got != reclaimedPool.String() {
 			return fmt.Errorf("tier cpuset %s, want the reclaimed pool %s", got, reclaimedPool)
 		}
-		for _, cg := range []string{n.root + "/reclaimed", w.Cgroup} {
+		for _, cg := range []string{n.root + "-reclaimed", w.Cgroup} {
 			if got := n.file("cpu", cg, "cpu.cfs_quota_us"); got != "-1" {
 				return fmt.Errorf("%s quota = %s, want -1 (the idle mechanism sets none)", cg, got)
 			}
@@ -81,7 +81,7 @@ func TestReclaimedWorkloadIsConfined(t *testing.T) {
 		if cpus := n.cpus(w.Cgroup); cpus.IsEmpty() || !cpus.IsSubsetOf(reclaimedPool) {
 			return fmt.Errorf("cpuset %s not inside the reclaimed pool %s", cpus, reclaimedPool)
 		}
-		if got, want := n.file("memory", n.root+"/reclaimed", "memory.limit_in_bytes"), strconv.FormatInt(s.Lendable.MemoryBytes, 10); got != want {
+		if got, want := n.file("memory", n.root+"-reclaimed", "memory.limit_in_bytes"), strconv.FormatInt(s.Lendable.MemoryBytes, 10); got != want {
 			return fmt.Errorf("reclaimed tier memory limit = %s, want lent memory %s", got, want)
 		}
 		if got := n.file("memory", n.root, "memory.use_hierarchy"); got != "1" {
@@ -116,7 +116,7 @@ func TestDedicatedCoresAreExclusive(t *testing.T) {
 	if got := n.file("cpuset", db.Cgroup, "cpuset.cpus"); got != mine.String() {
 		t.Errorf("db cgroup cpuset = %s, want %s", got, mine)
 	}
-	for _, rel := range []string{n.root + "/shared", n.root + "/shared/web", n.root + "/reclaimed", n.root + "/reclaimed/batch", n.root + "/system"} {
+	for _, rel := range []string{n.root + "/shared", n.root + "/shared/web", n.root + "-reclaimed", n.root + "-reclaimed/batch", n.root + "/system"} {
 		if set := n.cpus(rel); !set.Intersection(mine).IsEmpty() {
 			t.Errorf("%s cpuset %s includes dedicated CPU %s", rel, set, mine)
 		}
@@ -176,7 +176,7 @@ func TestQuotaOnCutQuotasReclaimedWorkOnlyAfterACut(t *testing.T) {
 	n.start()
 	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
 	burn := n.waitWorkload("burn")
-	quota := func() string { return n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us") }
+	quota := func() string { return n.file("cpu", n.root+"-reclaimed", "cpu.cfs_quota_us") }
 	n.eventually(20*time.Second, "lending past its minimum with no quota", func() error {
 		s := n.status()
 		if c := s.Pools[0].Control; s.Lendable.MilliCPU < 500 || quota() != "-1" || c.Mechanism != "idle" {
@@ -245,7 +245,7 @@ func TestCoresMechanismKeepsOnlineOffLentCores(t *testing.T) {
 			t.Errorf("%s cpuset %s, want %s (online CPUs, none of the lent %s)", rel, got, online, lent)
 		}
 	}
-	for _, rel := range []string{n.root + "/reclaimed", burn.Cgroup} {
+	for _, rel := range []string{n.root + "-reclaimed", burn.Cgroup} {
 		if got := n.cpus(rel); !got.Equals(lent) {
 			t.Errorf("%s cpuset %s, want the lent cores %s", rel, got, lent)
 		}
@@ -297,7 +297,7 @@ func TestReclaimedAtItsOwnMemoryLimitIsKilled(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Errorf("a reclaimed job over its own 32Mi limit still runs after 30s (oom_control: %s); output %q",
-			n.file("memory", n.root+"/reclaimed/hog", "memory.oom_control"), out)
+			n.file("memory", n.root+"-reclaimed/hog", "memory.oom_control"), out)
 		if w, ok := n.workload("hog"); ok {
 			for _, pid := range w.PIDs { // a task waiting at the limit still dies of SIGKILL
 				_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -459,7 +459,7 @@ func TestRestartAfterKill9(t *testing.T) {
 			t.Errorf("numa %d lends %dm right after restart, want the 100m minimum", p.NUMANode, p.LentMilliCPU)
 		}
 	}
-	if got := n.file("cpuset", n.root+"/reclaimed", "cpuset.cpus"); strings.ContainsAny(got, ",-") {
+	if got := n.file("cpuset", n.root+"-reclaimed", "cpuset.cpus"); strings.ContainsAny(got, ",-") {
 		t.Errorf("reclaimed pool after restart = %s, want one CPU (100m)", got)
 	}
 	tiers := map[string]string{}

@@ -156,7 +156,7 @@ func TestArbiterLeasesAreEnforced(t *testing.T) {
 		if s.Lendable.MilliCPU > granted {
 			return fmt.Errorf("lends %dm, lease grants %dm", s.Lendable.MilliCPU, granted)
 		}
-		quota := a.file("cpu", a.root+"/reclaimed", "cpu.cfs_quota_us")
+		quota := a.file("cpu", a.root+"-reclaimed", "cpu.cfs_quota_us")
 		if want := fmt.Sprint(max(granted, 100) * 100); granted > 100 && quota != want {
 			return fmt.Errorf("reclaimed quota %s, want %s (granted %dm)", quota, want, granted)
 		}
@@ -198,7 +198,7 @@ func TestArbiterLeasesAreEnforced(t *testing.T) {
 	}
 	// The cgroups follow at the next slow-loop pass.
 	a.eventually(5*time.Second, "reclaimed quota at the minimum", func() error {
-		if got := a.file("cpu", a.root+"/reclaimed", "cpu.cfs_quota_us"); got != "10000" {
+		if got := a.file("cpu", a.root+"-reclaimed", "cpu.cfs_quota_us"); got != "10000" {
 			return fmt.Errorf("reclaimed quota after the lease expired = %s, want 10000 (the 100m minimum)", got)
 		}
 		return nil

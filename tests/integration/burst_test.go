@@ -22,7 +22,7 @@ func TestCPUBurstFiles(t *testing.T) {
 			{web.Cgroup, "40000"},  // 40% of a 100000 µs quota
 			{api.Cgroup, "100000"}, // its own 100%
 			{batch.Cgroup, "0"},
-			{n.root + "/reclaimed", "0"},
+			{n.root + "-reclaimed", "0"},
 		} {
 			if got := n.file("cpu", c.cgroup, "cpu.cfs_burst_us"); got != c.want {
 				return fmt.Errorf("%s cpu.cfs_burst_us = %s, want %s", c.cgroup, got, c.want)

@@ -25,7 +25,7 @@ func TestASecondAgentStopsBeforeTouchingTheFirstOnes(t *testing.T) {
 	files := func() string {
 		return fmt.Sprintf("web quota %s, web memory %s, reclaimed quota %s, reclaimed memory %s",
 			n.file("cpu", web.Cgroup, "cpu.cfs_quota_us"), n.file("memory", web.Cgroup, "memory.limit_in_bytes"),
-			n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us"), n.file("memory", n.root+"/reclaimed", "memory.limit_in_bytes"))
+			n.file("cpu", n.root+"-reclaimed", "cpu.cfs_quota_us"), n.file("memory", n.root+"-reclaimed", "memory.limit_in_bytes"))
 	}
 	for _, c := range []struct{ what, socket, want string }{
 		{"the same socket", n.socket, "already serving"},
@@ -87,7 +87,7 @@ func TestAStoppedAgentHandsTheCoresBack(t *testing.T) {
 			t.Errorf("%s on %s after the agent stopped, want every CPU %s back", rel, got, all)
 		}
 	}
-	if q := n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us"); q != "1000" {
+	if q := n.file("cpu", n.root+"-reclaimed", "cpu.cfs_quota_us"); q != "1000" {
 		t.Errorf("reclaimed quota %s after the agent stopped, want 1000 (its 10m minimum)", q)
 	}
 	if err := syscall.Kill(burn.PIDs[0], 0); err != nil {

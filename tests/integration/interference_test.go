@@ -355,7 +355,7 @@ func TestAutoMechanismTriesEachAndChooses(t *testing.T) {
 	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  mechanism: auto\n  autoMechanism:\n    candidates: quota,idle\n    trial: 3s\n    rounds: 1\n")
 	n.start()
 	lendingGrows(n)
-	quota := func() string { return n.file("cpu", n.root+"/reclaimed", "cpu.cfs_quota_us") }
+	quota := func() string { return n.file("cpu", n.root+"-reclaimed", "cpu.cfs_quota_us") }
 	n.eventually(15*time.Second, "the idle trial: no quota on the reclaimed tier", func() error {
 		s := n.status()
 		if c := s.Pools[0].Control; c.Mechanism != "idle" || quota() != "-1" {

@@ -62,7 +62,7 @@ func benchSpikeToShrink(b *testing.B, background int, cores bool) {
 	if n.layout.Version == cgroupfs.V2 {
 		quotaFile = "cpu.max"
 	}
-	limitFile := filepath.Join(n.layout.Dir("cpu", n.root+"/reclaimed"), quotaFile)
+	limitFile := filepath.Join(n.layout.Dir("cpu", n.root+"-reclaimed"), quotaFile)
 	if cores {
 		limitFile = filepath.Join(n.layout.Dir("cpuset", n.root+"/shared"), "cpuset.cpus")
 	}

@@ -254,13 +254,13 @@ func runPhase(t *testing.T, a *testutil.Agent, mnt, dev string, underTidal bool,
 		close(done)
 	}
 	if underTidal && os.Getenv("TIDAL_IOQOS_DEBUG") != "" {
-		pids, _ := a.Layout.Procs(a.Root+"/reclaimed", true)
+		pids, _ := a.Layout.Procs(a.Root+"-reclaimed", true)
 		for _, pid := range pids {
 			cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 			t.Logf("pid %d cgroup:\n%s", pid, cg)
 		}
 		for _, f := range []string{"blkio.throttle.write_bps_device", "blkio.throttle.io_service_bytes_recursive"} {
-			v, _ := a.File("blkio", a.Root+"/reclaimed", f)
+			v, _ := a.File("blkio", a.Root+"-reclaimed", f)
 			t.Logf("%s: %s", f, v)
 		}
 	}
@@ -282,7 +282,7 @@ func runPhase(t *testing.T, a *testutil.Agent, mnt, dev string, underTidal bool,
 func killReclaimed(t *testing.T, a *testutil.Agent) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, "offline writer gone", func() error {
-		pids, _ := a.Layout.Procs(a.Root+"/reclaimed", true)
+		pids, _ := a.Layout.Procs(a.Root+"-reclaimed", true)
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -424,7 +424,7 @@ func TestOffClearsThrottlesAnEarlierRunLeft(t *testing.T) {
 	dev, _ := loopDevice(t)
 	a := testutil.NewAgent(t, tidalBin, fmt.Sprintf("io:\n  nodeDisks: false\n  devices:\n    - device: %s\n      writeBps: %d\n", dev, capacityWriteBps), "", false)
 	throttles := func() string {
-		rel := a.Root + "/reclaimed"
+		rel := a.Root + "-reclaimed"
 		if a.Layout.Version == cgroupfs.V2 {
 			data, err := os.ReadFile(filepath.Join(a.Layout.Dir("io", rel), "io.max"))
 			if err != nil {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/tidalqos/tidal/agent"
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/plugins"
+	"github.com/tidalqos/tidal/qos"
 )
 
 // localAgent is an agent the demo runs in its own process, with its state, socket and log in
@@ -117,12 +119,16 @@ func (l *localAgent) printLogTail(w io.Writer, n int) {
 	fmt.Fprintf(w, "last lines of the agent's log:\n  %s\n", strings.Join(lines, "\n  "))
 }
 
-// cgroupsLeft lists the folders of tidal's tree named root still present under mount, in any
-// cgroup v1 hierarchy or the v2 tree.
+// cgroupsLeft lists the folders of tidal's tree named root, and of the reclaimed tier beside
+// it, still present under mount, in any cgroup v1 hierarchy or the v2 tree.
 func cgroupsLeft(mount, root string) []string {
-	left, _ := filepath.Glob(filepath.Join(mount, "*", root))
-	if _, err := os.Stat(filepath.Join(mount, root)); err == nil {
-		left = append(left, filepath.Join(mount, root))
+	var left []string
+	for _, top := range []string{root, plugins.TierPath(root, qos.Reclaimed)} {
+		found, _ := filepath.Glob(filepath.Join(mount, "*", top))
+		left = append(left, found...)
+		if _, err := os.Stat(filepath.Join(mount, top)); err == nil {
+			left = append(left, filepath.Join(mount, top))
+		}
 	}
 	return left
 }
