@@ -4,25 +4,29 @@
 # the same CPU burner are moved between two cgroup v1 shapes, interleaved, each measured under
 # the same open-loop load (SINTER at 800/s, as the colocation benchmark's Redis day):
 #
-#   nested: P/{loadgen(10240), t/{on/db, be(LOW)/b(2)}}   tidal's layout: the tiers under one root
-#   split:  P/{loadgen(10240), t/on/db, be(LOW)/b}        reclaimed work beside the online tiers' parent
+#   nested: P/{loadgen(10240), t/{on/db, be(LOW)/b(2)}}   tidal's layout until 2026-12-07
+#   split:  P/{loadgen(10240), t/on/db, be(LOW)/b}        reclaimed work beside the online tiers'
+#                                                         parent: tidal's layout since
 #
-# LOW is cpu.shares 2, or cpu.idle 1 with --idle. It prints, per run, Redis's run-queue wait
-# per unit of CPU run (/proc/PID/task/PID/schedstat, the agent's indicator) and the load's p99.
-# Measured on 2026-12-06 (AMD EPYC, docs/benchmark.md#cgroup-shape): nested 0.14-0.28,
-# split 0.05-0.09. Needs root, cgroup v1 (hybrid), redis-server, redis-cli and a tidal binary.
+# LOW is cpu.shares 2, or cpu.idle 1 with --idle. --loadgen-outside runs the load generator in
+# the machine's root cgroup instead of beside t (no busy sibling of the online tiers' parent).
+# It prints, per run, Redis's run-queue wait per unit of CPU run (/proc/PID/task/PID/schedstat,
+# the agent's indicator) and the load's p99. Measured on the AMD EPYC (docs/benchmark.md#cgroup-shape):
+# nested 0.14-0.29, split 0.05-0.09; with the load generator outside, 0.05-0.23 both.
+# Needs root, cgroup v1 (hybrid), redis-server, redis-cli and a tidal binary.
 #
-#   scripts/cgroup-shape-check.sh [--idle] [--rounds N] [--seconds S] [--tidal PATH]
+#   scripts/cgroup-shape-check.sh [--idle] [--loadgen-outside] [--rounds N] [--seconds S] [--tidal PATH]
 set -euo pipefail
 
-low=shares rounds=3 seconds=15 tidal=${TIDAL:-}
+low=shares rounds=3 seconds=15 tidal=${TIDAL:-} loadgen=beside
 while [ $# -gt 0 ]; do
 	case $1 in
 	--idle) low=idle ;;
+	--loadgen-outside) loadgen=outside ;;
 	--rounds) rounds=$2; shift ;;
 	--seconds) seconds=$2; shift ;;
 	--tidal) tidal=$2; shift ;;
-	*) echo "usage: $0 [--idle] [--rounds N] [--seconds S] [--tidal PATH]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--idle] [--loadgen-outside] [--rounds N] [--seconds S] [--tidal PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -83,14 +87,16 @@ measure() { # measure SHAPE
 	sleep 2
 	local r0 w0 r1 w1 rest
 	read -r r0 w0 rest </proc/$redis/task/$redis/schedstat
-	sh -c "for c in cpu cpuacct cpuset; do echo \$\$ >/sys/fs/cgroup/\$c/$P/lg/cgroup.procs; done
+	sh -c "for c in cpu cpuacct cpuset; do echo \$\$ >/sys/fs/cgroup/\$c/$lgdir/cgroup.procs; done
 		exec '$tidal' workload loadgen --url redis://127.0.0.1:$port/SINTER/followers:a/followers:b --phases m:${seconds}s@800" >"$work/lg.txt" 2>&1
 	read -r r1 w1 rest </proc/$redis/task/$redis/schedstat
 	local p99
 	p99=$(tail -1 "$work/lg.txt" | grep -o '"p99_ms":[0-9.]*' | head -1 | cut -d: -f2)
-	awk -v s="$1" -v w=$((w1 - w0)) -v r=$((r1 - r0)) -v p="$p99" -v low=$low \
-		'BEGIN { printf "%-7s %-6s  run-queue wait %.3f per unit run  p99 %s ms\n", s, low, w / r, p }'
+	awk -v s="$1" -v w=$((w1 - w0)) -v r=$((r1 - r0)) -v p="$p99" -v low=$low -v lg=$loadgen \
+		'BEGIN { printf "%-7s %-6s loadgen %-7s  run-queue wait %.3f per unit run  p99 %s ms\n", s, low, lg, w / r, p }'
 }
+lgdir=$P/lg
+[ $loadgen = outside ] && lgdir=.
 for round in $(seq "$rounds"); do
 	move t/on "$redis"; move t/be/b "$burner"; measure nested
 	move t/on "$redis"; move be/b "$burner"; measure split
