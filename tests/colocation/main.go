@@ -36,6 +36,7 @@
 //	tidal-limit-2s     tidal with cpu.limitWindow 2s
 //	tidal-slo          tidal with an SLO probe on the online service (-probe-latency)
 //	tidal-auto-slo     tidal-auto with the same SLO probe, which auto weighs instead of the wait
+//	tidal-auto-shares  tidal-auto with shares among its candidates (one 4 s trial each)
 //	tidal-no-wait-target tidal without the shared tier's run-queue wait target
 //	tidal-slo-no-wait  tidal-slo without it: the probe, not the wait, judges online work
 //	tidal-shares-no-wait tidal-shares without it
