@@ -44,6 +44,9 @@ func (a *Agent) adoptLegacyReclaimed(byPath map[string]plugins.Workload) ([]stat
 		a.moves = append(a.moves, cgroupMove{from: from, to: to})
 		a.log.Info("adopting a workload from the reclaimed tier's old place", "cgroup", from, "new", to)
 	}
+	if len(a.moves) == 0 {
+		a.removeLegacyTier()
+	}
 	return adopted, nil
 }
 
@@ -61,9 +64,13 @@ func (a *Agent) moveLegacyLocked() {
 		a.log.Info("moved a workload from the reclaimed tier's old place", "cgroup", m.from, "new", m.to)
 	}
 	a.moves = left
-	if len(left) > 0 {
-		return
+	if len(left) == 0 {
+		a.removeLegacyTier()
 	}
+}
+
+// removeLegacyTier removes the reclaimed tier's old cgroup once no workload is left in it.
+func (a *Agent) removeLegacyTier() {
 	old := plugins.LegacyReclaimedPath(a.cfg.Cgroup.Root)
 	if names, err := a.layout.Children(old); err == nil && len(names) == 0 {
 		if err := a.writer.Remove(old); err != nil {

@@ -72,3 +72,31 @@ func TestAdoptsReclaimedWorkFromTheTiersOldPlace(t *testing.T) {
 		t.Error("the old workload was not adopted")
 	}
 }
+
+// An empty tier left in the old place goes at start.
+func TestRemovesTheReclaimedTiersEmptyOldPlace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real cgroups")
+	}
+	layout := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, layout)
+	setup, err := isolation.NewWriter(layout, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setup.Ensure(plugins.LegacyReclaimedPath(root)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Cgroup.Root = root
+	dir := t.TempDir()
+	cfg.StateDir, cfg.SocketPath = dir, filepath.Join(dir, "sock")
+	a, err := newAgentOn(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), host{sys: "/sys", proc: "/proc", cgroups: layout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	if layout.Exists(plugins.LegacyReclaimedPath(root)) {
+		t.Errorf("old cgroup %s is still there", plugins.LegacyReclaimedPath(root))
+	}
+}
