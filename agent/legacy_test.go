@@ -1,15 +1,11 @@
 package agent
 
 import (
-	"io"
-	"log/slog"
 	"os/exec"
 	"path"
-	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/plugins"
@@ -27,7 +23,7 @@ func TestAdoptsReclaimedWorkFromTheTiersOldPlace(t *testing.T) {
 	layout := isolationtest.Layout(t)
 	root := isolationtest.RootName(t, layout)
 	old := path.Join(plugins.LegacyReclaimedPath(root), "batch")
-	setup, err := isolation.NewWriter(layout, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	setup, err := isolation.NewWriter(layout, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,15 +36,7 @@ func TestAdoptsReclaimedWorkFromTheTiersOldPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := config.Default()
-	cfg.Cgroup.Root = root
-	dir := t.TempDir()
-	cfg.StateDir, cfg.SocketPath = dir, filepath.Join(dir, "sock")
-	a, err := newAgentOn(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), host{sys: "/sys", proc: "/proc", cgroups: layout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
+	a := realAgent(t, layout, root)
 
 	moved := plugins.WorkloadPath(root, qos.Reclaimed, "batch")
 	if pids, err := layout.Procs(moved, false); err != nil || !slices.Contains(pids, sleep.Process.Pid) {
@@ -80,22 +68,14 @@ func TestRemovesTheReclaimedTiersEmptyOldPlace(t *testing.T) {
 	}
 	layout := isolationtest.Layout(t)
 	root := isolationtest.RootName(t, layout)
-	setup, err := isolation.NewWriter(layout, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	setup, err := isolation.NewWriter(layout, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := setup.Ensure(plugins.LegacyReclaimedPath(root)); err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
-	cfg.Cgroup.Root = root
-	dir := t.TempDir()
-	cfg.StateDir, cfg.SocketPath = dir, filepath.Join(dir, "sock")
-	a, err := newAgentOn(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), host{sys: "/sys", proc: "/proc", cgroups: layout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
+	realAgent(t, layout, root)
 	if layout.Exists(plugins.LegacyReclaimedPath(root)) {
 		t.Errorf("old cgroup %s is still there", plugins.LegacyReclaimedPath(root))
 	}

@@ -2,16 +2,12 @@ package agent
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/qos"
@@ -27,14 +23,7 @@ func TestReleaseBesideReconcileLeavesNoCgroup(t *testing.T) {
 	}
 	layout := isolationtest.Layout(t)
 	root := isolationtest.RootName(t, layout)
-	cfg := config.Default()
-	cfg.Cgroup.Root = root
-	dir := t.TempDir()
-	cfg.StateDir, cfg.SocketPath = dir, filepath.Join(dir, "sock")
-	a, err := newAgentOn(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), host{sys: "/sys", proc: "/proc", cgroups: layout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := realAgent(t, layout, root)
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() { // owned: stopped below, before the test checks
 		defer close(done)
