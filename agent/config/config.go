@@ -97,7 +97,8 @@ type Hooks struct {
 // Cgroup configures the cgroup hierarchy.
 type Cgroup struct {
 	// Root is the name of tidal's own cgroup tree under each hierarchy: a
-	// relative path without "..", such as "tidal".
+	// relative path without "..", such as "tidal". The reclaimed tier is beside
+	// it ("tidal-reclaimed", plugins.TierPath).
 	Root string `yaml:"root"`
 	// MountPoint is where the cgroup file system is mounted (absolute path).
 	MountPoint string `yaml:"mountPoint"`
