@@ -8,7 +8,8 @@ import (
 )
 
 // Tree is the desired state of tidal's cgroup tree: the root, one cgroup per tier (the
-// reclaimed tier beside the root, see TierPath) and one per workload, parents before children. Resource plugins each fill in their own knobs.
+// reclaimed tier beside the root, see TierPath) and one per workload, parents before
+// children. Resource plugins each fill in their own knobs.
 type Tree struct {
 	nodes []Cgroup
 	index map[string]int

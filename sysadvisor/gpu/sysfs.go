@@ -54,7 +54,7 @@ func NUMANodeOf(sysfsRoot, busID string) (int, error) {
 }
 
 // ProcessCgroup returns the cgroup path of pid from <procRoot>/<pid>/cgroup, without a
-// leading slash ("tidal/reclaimed/job-1"), so it compares with plugins.Workload.Cgroup.
+// leading slash ("tidal-reclaimed/job-1"), so it compares with plugins.Workload.Cgroup.
 // It takes the cgroup v1 cpu controller's entry where there is one, else the cgroup v2 entry
 // ("0::/path"): on a hybrid host tidal's cgroups are v1, and the v2 entry is systemd's.
 // The agent must see the host's PID and cgroup namespaces for the paths to match.
