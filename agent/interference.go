@@ -41,6 +41,7 @@ func (a *Agent) interferenceLoop(ctx context.Context) {
 	probes := newProbes(a.cfg.Interference.Interval, a.log)
 	defer probes.stop()
 	baselines := interference.NewBaselines(a.cfg.Interference.BaselineFor, a.cfg.Interference.BaselineEvery)
+	waits := interference.NewRecent(a.cfg.Interference.WaitReadings)
 	t := time.NewTicker(a.cfg.Interference.Interval)
 	defer t.Stop()
 	last := time.Now()
@@ -50,7 +51,7 @@ func (a *Agent) interferenceLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			atMinimum = a.interfere(ctx, meter, probes, baselines, now.Sub(last), atMinimum)
+			atMinimum = a.interfere(ctx, meter, probes, baselines, waits, now.Sub(last), atMinimum)
 			last = now
 		}
 	}
@@ -70,8 +71,9 @@ type onlineWorkload struct {
 // it holds lending at the minimum instead, and gives it back when the measurement ends.
 // wasAtMinimum is what it returned the time before: the NUMA nodes that lent their minimum
 // after that pass's decisions; a reading from a node at its minimum then and now teaches the
-// workload's baseline.
-func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes *probes, baselines *interference.Baselines, interval time.Duration, wasAtMinimum map[int]bool) (atMinimum map[int]bool) {
+// workload's baseline. A workload's run-queue wait is judged by the median of its recent
+// readings (waits); its baselines and the auto chooser take each reading.
+func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes *probes, baselines *interference.Baselines, waits *interference.Recent, interval time.Duration, wasAtMinimum map[int]bool) (atMinimum map[int]bool) {
 	snap := a.store.Snapshot()
 	a.mu.Lock()
 	pools := a.pools
@@ -93,6 +95,8 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 	}
 	probes.sync(ctx, slos)
 	baselines.Keep(names)
+	waits.Keep(names)
+	waits.Next()
 	minRun := max(time.Duration(a.cfg.Interference.MinRunMilliCPU)*interval/1000, 1)
 	readings := meter.Read(groups, minRun)
 	now := time.Now()
@@ -125,16 +129,17 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 		}
 		if r.Err == nil && r.Run >= minRun {
 			// Enough CPU for a ratio to mean something.
-			wait := reporter.Indicator{Name: indicatorRunQueueWait, Value: r.WaitRatio(), Target: w.targets.RunQueueWait}
+			reading := r.WaitRatio()
+			wait := reporter.Indicator{Name: indicatorRunQueueWait, Value: waits.Add(r.Name, reading), Target: w.targets.RunQueueWait}
 			if w.targets.RunQueueWaitOverBaseline > 0 {
 				active = append(active, r.Name)
 				if unlent(w.nodes) {
-					baselines.AddUnlent(r.Name, run, wait.Value)
+					baselines.AddUnlent(r.Name, run, reading)
 				}
 				if b, borrowed, ok := baselines.Of(r.Name, run); ok {
 					wait.Baseline, wait.BaselineBorrowed = b, borrowed
 					wait.Target = max(wait.Target, w.targets.RunQueueWaitOverBaseline*b)
-					harm.Add(wait.Value, b, run)
+					harm.Add(reading, b, run)
 				}
 			}
 			inds = append(inds, wait,

@@ -221,6 +221,10 @@ type Interference struct {
 	// MinRunMilliCPU: an online workload that ran less CPU than this over an interval
 	// is left out of that reading (a handful of wakeups says nothing of a ratio).
 	MinRunMilliCPU int64 `yaml:"minRunMilliCPU"`
+	// WaitReadings: a workload's run-queue wait is judged by the median of its readings
+	// over this many intervals (1: each reading alone). One interval's wait is a small
+	// sample, and a lone slow one cut lending by half.
+	WaitReadings int `yaml:"waitReadings"`
 	// Slack: lending grows only while every indicator is under Slack of the way from its
 	// baseline (0 for an absolute target) to its target.
 	Slack float64 `yaml:"slack"`
@@ -422,6 +426,7 @@ func Default() Config {
 		Interference: Interference{
 			Interval:          500 * time.Millisecond,
 			MinRunMilliCPU:    20,
+			WaitReadings:      3,
 			Slack:             0.5,
 			Cut:               0.5,
 			HoldAfterCut:      10 * time.Second,

@@ -78,6 +78,7 @@ cpu:
 interference:
   interval: 250ms
   minRunMilliCPU: 5
+  waitReadings: 4
   slack: 0.6
   cut: 0.25
   holdAfterCut: 30s
@@ -180,7 +181,7 @@ func fullExampleConfig() Config {
 			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3, WaitTolerance: 0.5, SLOTolerance: 0.1},
 			BurstPercent:         BurstPercent{System: 10, Dedicated: 20, Shared: 100},
 		},
-		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second, HoldAfterFirstCut: 4 * time.Second,
+		Interference: Interference{Interval: 250 * time.Millisecond, MinRunMilliCPU: 5, WaitReadings: 4, Slack: 0.6, Cut: 0.25, HoldAfterCut: 30 * time.Second, HoldAfterFirstCut: 4 * time.Second,
 			BaselineFor: 3 * time.Second, Shared: Targets{RunQueueWait: 0.3, RunQueueWaitOverBaseline: 2, Throttled: 0.5}, Dedicated: Targets{RunQueueWait: 0.05}},
 		Memory: Memory{
 			ReservedSystemBytes:      2 * yamlconf.Gi,
@@ -461,6 +462,8 @@ func TestErrors(t *testing.T) {
 			`tidal.yaml:3: cpu.autoMechanism.waitTolerance: -0.1 is out of range: want a number in [0, 100]`},
 		{"SLO tolerance over one", "cpu:\n  autoMechanism:\n    sloTolerance: 5\n",
 			`tidal.yaml:3: cpu.autoMechanism.sloTolerance: 5 is out of range: want a share in [0, 1]`},
+		{"no wait readings", "interference:\n  waitReadings: 0\n",
+			`tidal.yaml:2: interference.waitReadings: 0 is out of range: want an integer in [1, 20]`},
 		{"baseline factor under 1", "interference:\n  shared:\n    runQueueWaitOverBaseline: 0.5\n",
 			`tidal.yaml:3: interference.shared.runQueueWaitOverBaseline: 0.5 is out of range: want 0 (off) or a number in [1, 100] (times the workload's own run-queue wait with nothing lent)`},
 		{"baseline shorter than 3 readings", "interference:\n  interval: 1s\n  baselineFor: 2s\n",
@@ -581,6 +584,8 @@ func TestValidateBoundaries(t *testing.T) {
 		func(c *Config) { c.MetricsAddress = "" },
 		func(c *Config) { c.MetricsAddress = "[::1]:9477" },
 		func(c *Config) { c.Cgroup.Root = "a/b" },
+		func(c *Config) { c.Interference.WaitReadings = 1 },
+		func(c *Config) { c.Interference.WaitReadings = 20 },
 		func(c *Config) { c.Eviction.GracePeriod, c.Eviction.CoolDown = 0, 0 },
 	}
 	for i, f := range ok {
@@ -592,6 +597,7 @@ func TestValidateBoundaries(t *testing.T) {
 	}
 	bad := map[string]func(*Config){
 		"cpu.minReclaimedMilliCPU":   func(c *Config) { c.CPU.MinReclaimedMilliCPU = 9 },
+		"interference.waitReadings":  func(c *Config) { c.Interference.WaitReadings = 21 },
 		"cpu.limitWindow":            func(c *Config) { c.CPU.LimitWindow = time.Second - 1 },
 		"cpu.safetyMarginMilliCPU":   func(c *Config) { c.CPU.SafetyMarginMilliCPU = -1 },
 		"cpu.safetyMarginRatio":      func(c *Config) { c.CPU.SafetyMarginRatio = 1.01 },

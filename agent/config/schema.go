@@ -233,6 +233,8 @@ var schema = []*entry{
 			}),
 		leaf("minRunMilliCPU", kindInt, func(c *Config) *int64 { return &c.Interference.MinRunMilliCPU },
 			"an integer >= 0", atLeast[int64](0)),
+		leaf("waitReadings", kindInt, func(c *Config) *int { return &c.Interference.WaitReadings },
+			"an integer in [1, 20]", func(n int) bool { return n >= 1 && n <= 20 }),
 		leaf("slack", kindFloat, func(c *Config) *float64 { return &c.Interference.Slack },
 			"a number in (0, 1]", inRange(0, 1, true)),
 		leaf("cut", kindFloat, func(c *Config) *float64 { return &c.Interference.Cut },

@@ -1,0 +1,77 @@
+package interference
+
+import "testing"
+
+func TestRecentJudgesTheMedianOfTheLastPasses(t *testing.T) {
+	r := NewRecent(3)
+	steps := []struct {
+		name  string
+		value float64
+		want  float64
+	}{
+		{"web", 0.2, 0.2}, // one reading: itself
+		{"web", 0.9, 0.9}, // two: the higher of the middle two (the stricter)
+		{"web", 0.2, 0.2}, // a lone slow reading among three does not count
+		{"web", 0.8, 0.8}, // two slow of the last three do (0.9, 0.2, 0.8)
+		{"web", 0.3, 0.3}, // 0.2, 0.8, 0.3: the 0.9 has aged out
+	}
+	for i, s := range steps {
+		r.Next()
+		if got := r.Add(s.name, s.value); got != s.want {
+			t.Fatalf("pass %d: Add(%s, %v) = %v, want %v", i+1, s.name, s.value, got, s.want)
+		}
+	}
+}
+
+func TestRecentForgetsReadingsOlderThanItsPasses(t *testing.T) {
+	r := NewRecent(3)
+	r.Next()
+	r.Add("db", 5)
+	r.Next()
+	r.Add("db", 5)
+	// Two passes without a reading (the workload idled): the fives are three and four passes
+	// old at the next one and no longer count.
+	r.Next()
+	r.Next()
+	r.Next()
+	if got := r.Add("db", 0.1); got != 0.1 {
+		t.Fatalf("after idling, Add = %v, want the new reading alone (0.1)", got)
+	}
+}
+
+func TestRecentOfOnePassIsEachReadingAlone(t *testing.T) {
+	for _, passes := range []int{1, 0, -2} { // below 1 counts as 1
+		r := NewRecent(passes)
+		for _, v := range []float64{0.1, 0.9, 0.2} {
+			r.Next()
+			if got := r.Add("web", v); got != v {
+				t.Fatalf("NewRecent(%d): Add(%v) = %v, want it alone", passes, v, got)
+			}
+		}
+	}
+}
+
+func TestRecentKeepsWorkloadsApartAndForgetsTheGone(t *testing.T) {
+	r := NewRecent(3)
+	r.Next()
+	r.Add("web", 0.9)
+	r.Add("db", 0.1)
+	r.Next()
+	r.Keep(map[string]bool{"db": true})
+	if got := r.Add("web", 0.1); got != 0.1 {
+		t.Fatalf("a forgotten workload's old reading still counted: Add = %v, want 0.1", got)
+	}
+	if got := r.Add("db", 0.3); got != 0.3 {
+		t.Fatalf("db: Add = %v, want 0.3 (the higher of 0.1 and 0.3)", got)
+	}
+}
+
+func TestRecentTakesOneReadingAPass(t *testing.T) {
+	r := NewRecent(3)
+	r.Next()
+	r.Add("web", 0.9)
+	// A second reading in the same pass replaces the first rather than outvoting others.
+	if got := r.Add("web", 0.1); got != 0.1 {
+		t.Fatalf("Add again in one pass = %v, want 0.1", got)
+	}
+}
