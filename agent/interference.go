@@ -103,8 +103,9 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 
 	perNode := map[int][]advisor.Indicator{}
 	shown := map[int][]reporter.Indicator{}
-	var active []string     // workloads with a reading whose target is relative to a baseline
-	var harm mechanism.Harm // online work's wait over its baselines and SLO probes, for the auto chooser
+	var active []string           // workloads with a reading whose target is relative to a baseline
+	unjudged := map[string]bool{} // workloads whose wait is settling after a cut: shown, not judged
+	var harm mechanism.Harm       // online work's wait over its baselines and SLO probes, for the auto chooser
 	for _, r := range readings {
 		w := online[r.Name]
 		var inds []reporter.Indicator
@@ -130,7 +131,11 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 		if r.Err == nil && r.Run >= minRun {
 			// Enough CPU for a ratio to mean something.
 			reading := r.WaitRatio()
-			wait := reporter.Indicator{Name: indicatorRunQueueWait, Value: waits.Add(r.Name, reading), Target: w.targets.RunQueueWait}
+			judged, settled := waits.Add(r.Name, reading)
+			wait := reporter.Indicator{Name: indicatorRunQueueWait, Value: judged, Target: w.targets.RunQueueWait}
+			if !settled {
+				unjudged[r.Name] = true
+			}
 			if w.targets.RunQueueWaitOverBaseline > 0 {
 				active = append(active, r.Name)
 				if unlent(w.nodes) {
@@ -152,7 +157,7 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			ind.Workload, ind.Tier, ind.RunMilliCPU = r.Name, string(w.tier), run
 			for _, n := range w.nodes {
 				shown[n] = append(shown[n], ind)
-				if ind.Target > 0 {
+				if ind.Target > 0 && !(ind.Name == indicatorRunQueueWait && unjudged[r.Name]) {
 					judged := advisor.Indicator{Name: ind.Name, Workload: r.Name, Value: ind.Value, Target: ind.Target}
 					if ind.Name == indicatorRunQueueWait {
 						// The one target relative to a baseline.
@@ -189,8 +194,17 @@ func (a *Agent) interfere(ctx context.Context, meter *interference.Meter, probes
 			act(a.advisor.Baseline(now, np.Node, until), "throttle", "baseline")
 		}
 	default:
+		cut := map[int]bool{}
 		for _, np := range pools {
-			act(a.advisor.Interfere(now, np.Node, perNode[np.Node]), "throttle", "interference")
+			c := a.advisor.Interfere(now, np.Node, perNode[np.Node])
+			cut[np.Node] = c != nil
+			act(c, "throttle", "interference")
+		}
+		// The readings before a cut are answered by it: the median starts afresh.
+		for name, w := range online {
+			if slices.ContainsFunc(w.nodes, func(n int) bool { return cut[n] }) {
+				waits.Restart(name)
+			}
 		}
 	}
 	if a.chooseMechanismLocked(now, pools, harm.Reading()) {
