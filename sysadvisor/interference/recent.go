@@ -21,12 +21,11 @@ type Recent struct {
 	byName map[string]*readings
 }
 
-// readings are one workload's recent readings and the pass of its last Restart.
+// readings are one workload's recent readings and the pass of its last Restart (0: none;
+// passes count from 1, the first Next).
 type readings struct {
 	kept    []stamped
 	restart uint64
-	// restarted: Restart was called (at pass restart, possibly 0).
-	restarted bool
 }
 
 // stamped is one reading and the pass it was taken in.
@@ -55,7 +54,7 @@ func (r *Recent) Add(name string, value float64) (median float64, settled bool) 
 	}
 	kept := rs.kept[:0]
 	for _, s := range rs.kept {
-		if r.pass-s.pass < uint64(r.passes) && s.pass != r.pass && (!rs.restarted || s.pass > rs.restart) {
+		if r.pass-s.pass < uint64(r.passes) && s.pass != r.pass && s.pass > rs.restart {
 			kept = append(kept, s)
 		}
 	}
@@ -65,13 +64,13 @@ func (r *Recent) Add(name string, value float64) (median float64, settled bool) 
 		values[i] = s.value
 	}
 	slices.Sort(values)
-	return values[len(values)/2], !rs.restarted || r.pass-rs.restart >= uint64(r.passes)
+	return values[len(values)/2], rs.restart == 0 || r.pass-rs.restart >= uint64(r.passes)
 }
 
 // Restart drops workload name's readings up to this pass (a cut has just answered them).
 func (r *Recent) Restart(name string) {
 	if rs := r.byName[name]; rs != nil {
-		rs.kept, rs.restart, rs.restarted = nil, r.pass, true
+		rs.kept, rs.restart = nil, r.pass
 	}
 }
 
