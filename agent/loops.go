@@ -21,9 +21,9 @@ import (
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
 )
 
-// forgetEvery passes, the writer re-reads every cgroup file once, repairing changes made
-// behind tidal's back.
-const forgetEvery = 30
+// Over recheckEvery passes, the writer re-reads every cgroup file once, repairing changes made
+// behind tidal's back: a share of the cgroups on each pass (Writer.Recheck).
+const recheckEvery = 30
 
 // workloadSampleEvery passes, each workload's processes, CPU and memory are read, a share of
 // the workloads on each pass: with hundreds of workloads these reads (memory.stat and
@@ -107,9 +107,7 @@ func (a *Agent) slowPass(ctx context.Context) {
 	a.enforceLease(ctx, start)
 	a.refreshChildren(snap)
 	a.passes++
-	if a.passes%forgetEvery == 0 {
-		a.writer.Forget()
-	}
+	a.writer.Recheck(a.passes, recheckEvery)
 	if err := a.reconcile(); err != nil {
 		a.log.Error("cgroup settings failed", "err", err)
 	}

@@ -33,8 +33,10 @@ type backend interface {
 	// supports says whether this cgroup version has the knob at all; Apply leaves out the
 	// ones it has not (memory.low on v1, oom_kill_disable on v2).
 	supports(k knob) bool
-	// forget drops cached handles, so a cgroup removed behind tidal's back is re-created.
+	// forget drops cached handles, so a cgroup removed behind tidal's back is re-created;
+	// forgetPaths does so for those cgroups only.
 	forget()
+	forgetPaths(paths []string)
 }
 
 func newBackend(layout *cgroupfs.Layout) (backend, error) {
@@ -159,6 +161,13 @@ func (b *v1Backend) cpusetFilled(path string) (map[knob]string, bool) {
 
 func (b *v1Backend) forget() {
 	b.groups = map[string]cgroup1.Cgroup{}
+	b.readRootBalance()
+}
+
+func (b *v1Backend) forgetPaths(paths []string) {
+	for _, p := range paths {
+		delete(b.groups, p)
+	}
 	b.readRootBalance()
 }
 
@@ -449,7 +458,8 @@ func (b *v2Backend) manager(path string) (*cgroup2.Manager, error) {
 	return cgroup2.Load("/"+path, cgroup2.WithMountpoint(b.layout.Unified))
 }
 
-func (b *v2Backend) forget() {}
+func (b *v2Backend) forget()                    {}
+func (b *v2Backend) forgetPaths(paths []string) {}
 
 // create makes the cgroup and enables cpu, cpuset and memory (those the kernel offers: a
 // hybrid host's unified mount may carry none) in the subtree_control of each parent below the

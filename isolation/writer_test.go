@@ -401,3 +401,63 @@ func TestApplyHandsOverToAnUrgentWrite(t *testing.T) {
 		}
 	}
 }
+
+// Drift repair spread over passes: an unchanged tree is not re-read, Recheck(turn, of) has the
+// next Apply re-read a share of the cgroups, and over `of` turns every drifted file is repaired
+// and a cgroup removed behind the writer's back is made again.
+func TestRecheckRepairsDriftInTurns(t *testing.T) {
+	l := isolationtest.Layout(t)
+	root := isolationtest.RootName(t, l)
+	w := newWriter(t, l)
+	file, drift := "cpu.shares", "1000"
+	if l.Version == cgroupfs.V2 {
+		file, drift = "cpu.weight", "500"
+	}
+	const n, of = 24, 4
+	tree := []plugins.Cgroup{{Path: root, Settings: plugins.Settings{CPUShares: 1024}}}
+	for i := range n {
+		tree = append(tree, plugins.Cgroup{Path: root + "/w-" + strconv.Itoa(i), Settings: plugins.Settings{CPUShares: 100}})
+	}
+	if err := w.Apply(tree); err != nil {
+		t.Fatal(err)
+	}
+	want := read(t, l, "cpu", tree[1].Path, file)
+	for _, c := range tree[1:] {
+		if err := os.WriteFile(filepath.Join(l.Dir("cpu", c.Path), file), []byte(drift), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed := tree[n].Path
+	isolationtest.Cleanup(t, l, removed)
+	repaired := func() int {
+		k := 0
+		for _, c := range tree[1:] {
+			if data, err := os.ReadFile(filepath.Join(l.Dir("cpu", c.Path), file)); err == nil && strings.TrimSpace(string(data)) == want {
+				k++
+			}
+		}
+		return k
+	}
+
+	if err := w.Apply(tree); err != nil {
+		t.Fatal(err)
+	}
+	if k := repaired(); k != 0 {
+		t.Fatalf("an unchanged tree with nothing to recheck re-read %d cgroups", k)
+	}
+	for turn := range of {
+		w.Recheck(turn, of)
+		if err := w.Apply(tree); err != nil {
+			t.Fatalf("turn %d: %v", turn, err)
+		}
+		if k := repaired(); turn == 0 && (k == 0 || k == n) {
+			t.Errorf("after the first of %d turns %d of %d cgroups were repaired, want a share", of, k, n)
+		}
+	}
+	if k := repaired(); k != n {
+		t.Errorf("after %d turns %d of %d cgroups repaired", of, k, n)
+	}
+	if !l.Exists(removed) {
+		t.Errorf("cgroup %s removed behind the writer's back was not made again", removed)
+	}
+}

@@ -117,6 +117,22 @@ func BenchmarkApply200AfterForget(b *testing.B) {
 	}
 }
 
+// BenchmarkApply200Recheck is the slow loop's pass as it repairs drift since Recheck: one
+// turn in 30, so a thirtieth of the cgroups is re-read each pass instead of every cgroup once
+// in 30 passes (BenchmarkApply200AfterForget).
+func BenchmarkApply200Recheck(b *testing.B) {
+	n := newBenchNode(b)
+	n.apply(b, 1200)
+	before := n.writes()
+	for i := 0; b.Loop(); i++ {
+		n.writer.Recheck(i, 30)
+		n.apply(b, 1200)
+	}
+	if w := n.writes(); w != before {
+		b.Fatalf("a re-read of an unchanged tree wrote %d times", w-before)
+	}
+}
+
 func (n *benchNode) writes() uint64 {
 	var total uint64
 	for _, v := range n.writer.Stats().Writes {
