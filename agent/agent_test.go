@@ -460,3 +460,33 @@ func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
 		}
 	}
 }
+
+// With cpu.reclaimedCPUs: online, reclaimed work runs on every CPU of the shared pool however
+// little is lent: a cut lowers the quota (quota-on-cut) and leaves the cpusets alone, where
+// the default pool narrows to the ceil(lent) CPUs farthest from system ones.
+func TestReclaimedOnOnlineCPUsKeepsTheCpuset(t *testing.T) {
+	for _, tc := range []struct{ where, afterCut string }{{config.ReclaimedOnPool, "3"}, {config.ReclaimedOnOnline, "0-3"}} {
+		t.Run(tc.where, func(t *testing.T) {
+			h := newFakeHost(t)
+			a := h.agentWith(t.TempDir(), func(c *config.Config) { c.CPU.ReclaimedCPUs = tc.where })
+			ctx := context.Background()
+			pass := h.batch(a)
+			a.slowPass(ctx)
+			for range 14 {
+				pass(10)
+			}
+			if got := h.read("tidal-reclaimed", "cpuset.cpus"); got != "0-3" {
+				t.Fatalf("reclaimed pool %q after growing, want 0-3", got)
+			}
+			a.spike(time.Now(), 3900, 0)
+			if got := h.read("tidal-reclaimed", "cpu.max"); got != "10000 100000" {
+				t.Errorf("reclaimed quota %q after the spike, want 10000 100000", got)
+			}
+			for _, p := range []string{"tidal-reclaimed", "tidal-reclaimed/batch"} {
+				if got := h.read(p, "cpuset.cpus"); got != tc.afterCut {
+					t.Errorf("%s cpuset %q after the cut, want %s", p, got, tc.afterCut)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package agent
 import (
 	"time"
 
+	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/plugins/cpu"
@@ -41,7 +42,8 @@ func (h poolHold) sizing(now time.Time, lent, poolCPUs map[int]int64, hold time.
 
 // computePoolsLocked sizes the pools for what is lent, holding a reclaimed pool's CPUs as
 // poolHold says when the quota is what holds reclaimed work. Under the cores mechanism a node
-// that lends whole cores gets them to itself.
+// that lends whole cores gets them to itself; otherwise, with cpu.reclaimedCPUs: online, a
+// node that lends anything lends it on every CPU of its shared pool.
 func (a *Agent) computePoolsLocked(now time.Time, snap state.Snapshot, lent map[int]int64) plugins.Pools {
 	m := a.mechanism()
 	hold := a.cfg.CPU.PoolShrinkAfter
@@ -53,8 +55,15 @@ func (a *Agent) computePoolsLocked(now time.Time, snap state.Snapshot, lent map[
 		poolCPUs[np.Node] = int64(np.Reclaimed.Size())
 	}
 	pools := cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, a.poolHold.sizing(now, lent, poolCPUs, hold))
-	if m == plugins.MechanismCores {
+	switch {
+	case m == plugins.MechanismCores:
 		pools = cpu.ExclusiveCores(a.topo, pools, lent)
+	case a.cfg.CPU.ReclaimedCPUs == config.ReclaimedOnOnline:
+		for i := range pools {
+			if lent[pools[i].Node] > 0 {
+				pools[i].Reclaimed = pools[i].Shared
+			}
+		}
 	}
 	return pools
 }

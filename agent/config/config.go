@@ -148,6 +148,13 @@ type CPU struct {
 	// cut until QuotaAfterCut has passed without another; or auto: the agent tries
 	// AutoMechanism's candidates on this node and keeps the best.
 	Mechanism string `yaml:"mechanism"`
+	// ReclaimedCPUs is which CPUs reclaimed work may run on: "pool", the ceil(lent) shared
+	// CPUs farthest from system ones (the cpuset holds it to what is lent while no quota
+	// does), or "online", every CPU online work runs on, where the idle class lets online
+	// work take any CPU back at a wakeup and the quota, where the mechanism sets one, holds
+	// the amount. Under the cores mechanism the lent cores are reclaimed work's whatever
+	// this says.
+	ReclaimedCPUs string `yaml:"reclaimedCPUs"`
 	// QuotaAfterCut: under quota-on-cut, how long the quota holds reclaimed work to what is
 	// lent after the last cut for online work's sake (the fast path, the interference
 	// feedback, CPU pressure). It holds as long as lending is at its minimum, too.
@@ -162,6 +169,12 @@ type CPU struct {
 
 // MechanismAuto is the cpu.mechanism that the agent chooses by measurement.
 const MechanismAuto = "auto"
+
+// Where reclaimed work may run (cpu.reclaimedCPUs).
+const (
+	ReclaimedOnPool   = "pool"
+	ReclaimedOnOnline = "online"
+)
 
 // MechanismQuotaOnCut is the cpu.mechanism that the agent resolves on every pass to the idle
 // class while online work is calm, or to the quota after a cut (cpu.quotaAfterCut) and while
@@ -406,7 +419,8 @@ func Default() Config {
 			// Measured (docs/benchmark.md#quota-on-cut): on this kind of machine the quota
 			// only from a cut lent 1.25-1.8x the always-on quota's offline work with online
 			// p99 within its run-to-run spread; idle alone did not hold p99.
-			Mechanism: MechanismQuotaOnCut,
+			Mechanism:     MechanismQuotaOnCut,
+			ReclaimedCPUs: ReclaimedOnPool,
 			AutoMechanism: AutoMechanism{
 				// The two that measured best: cores for the tail, quota-on-cut for what
 				// is lent (docs/benchmark.md#xeon480). cores first, as it is tried first.

@@ -63,6 +63,7 @@ cpu:
   spikeThreshold: 1
   coreUtilization: 0.6
   mechanism: auto
+  reclaimedCPUs: online
   quotaAfterCut: 3s
   autoMechanism:
     candidates: idle, quota
@@ -177,6 +178,7 @@ func fullExampleConfig() Config {
 			SpikeThreshold:       1,
 			CoreUtilization:      0.6,
 			Mechanism:            "auto",
+			ReclaimedCPUs:        "online",
 			QuotaAfterCut:        3 * time.Second,
 			AutoMechanism:        AutoMechanism{Candidates: "idle, quota", Trial: 30 * time.Second, Rounds: 3, WaitTolerance: 0.5, SLOTolerance: 0.1},
 			BurstPercent:         BurstPercent{System: 10, Dedicated: 20, Shared: 100},
@@ -366,7 +368,7 @@ func TestLoadNamesFile(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	topKeys := "mode, nodeName, cgroup, stateDir, socketPath, metricsAddress, logLevel, cpu, interference, memory, io, loops, eviction, status, arbiter, kubernetes, hooks"
-	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, coreUtilization, poolShrinkAfter, mechanism, quotaAfterCut, autoMechanism, burstPercent"
+	cpuKeys := "reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, coreUtilization, poolShrinkAfter, mechanism, reclaimedCPUs, quotaAfterCut, autoMechanism, burstPercent"
 	sizeGt0 := `a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`
 	tests := []struct {
 		name string
@@ -524,7 +526,7 @@ loops:
 	want := []string{
 		`tidal.yaml:2: logLevel: "loud" is not allowed: want one of debug, info, warn, error`,
 		`tidal.yaml:4: cpu.spikeThreshold: 0 is out of range: want a number in (0, 1]`,
-		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, coreUtilization, poolShrinkAfter, mechanism, quotaAfterCut, autoMechanism, burstPercent`,
+		`tidal.yaml:5: cpu.bogus: unknown key: want one of reservedSystemCPUs, minReclaimedMilliCPU, safetyMarginMilliCPU, safetyMarginRatio, growStepMilliCPU, peakWindow, limitWindow, spikeThreshold, coreUtilization, poolShrinkAfter, mechanism, reclaimedCPUs, quotaAfterCut, autoMechanism, burstPercent`,
 		`tidal.yaml:6: cpu.peakWindow: 10 is not a duration (a unit is required): want a duration >= 1s, such as "30s"`,
 		`tidal.yaml:8: memory.growStepBytes: "12X" is not a valid size (unknown suffix "X"): want a size > 0: bytes as an integer, or a number with a suffix Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000), such as "1Gi"`,
 		`tidal.yaml:10: loops.fastInterval: 5s is out of range: want a duration >= 1ms and < loops.slowInterval (1s)`,
@@ -606,6 +608,7 @@ func TestValidateBoundaries(t *testing.T) {
 		"cpu.spikeThreshold":         func(c *Config) { c.CPU.SpikeThreshold = 0 },
 		"cpu.poolShrinkAfter":        func(c *Config) { c.CPU.PoolShrinkAfter = -time.Second },
 		"cpu.quotaAfterCut":          func(c *Config) { c.CPU.QuotaAfterCut = -time.Second },
+		"cpu.reclaimedCPUs":          func(c *Config) { c.CPU.ReclaimedCPUs = "everywhere" },
 		"memory.reservedSystemBytes": func(c *Config) { c.Memory.ReservedSystemBytes = -1 },
 		"memory.evictPressureAbove":  func(c *Config) { c.Memory.EvictPressureAbove = 0 },
 		"memory.throttleMarginBytes": func(c *Config) { c.Memory.ThrottleMarginBytes = -1 },

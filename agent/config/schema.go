@@ -203,6 +203,8 @@ var schema = []*entry{
 			`a duration >= 0, such as "10s"`, atLeast[time.Duration](0)),
 		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },
 			"one of "+mechanismNames()+", "+MechanismAuto, oneOf(append(mechanismList(), MechanismAuto)...)),
+		leaf("reclaimedCPUs", kindString, func(c *Config) *string { return &c.CPU.ReclaimedCPUs },
+			"one of pool, online", oneOf(ReclaimedOnPool, ReclaimedOnOnline)),
 		leaf("quotaAfterCut", kindDuration, func(c *Config) *time.Duration { return &c.CPU.QuotaAfterCut },
 			`a duration >= 0, such as "1s"`, atLeast[time.Duration](0)),
 		section("autoMechanism",
