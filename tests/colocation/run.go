@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/tidalqos/tidal/plugins"
@@ -135,6 +136,11 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 			}
 		}
 	}
+	if r.sc.stoppedAgent && r.agent != nil {
+		if err := syscall.Kill(r.agent.pid(), syscall.SIGSTOP); err != nil {
+			return w, fmt.Errorf("stop the agent: %w", err)
+		}
+	}
 	r.startSamplers(ctx)
 	if r.sc.Online {
 		if w.server, w.addr, err = r.startServer(ctx); err != nil {
@@ -192,7 +198,11 @@ func (r *scenarioRun) makeCgroups() error {
 	loadgen.CPUShares = loadgenShares
 	cgs := []plugins.Cgroup{{Path: r.rel, Settings: all}, {Path: r.sub("loadgen"), Settings: loadgen}}
 	if r.sc.Tidal || r.sc.agentBeside {
-		cgs = append(cgs, plugins.Cgroup{Path: r.sub("agent"), Settings: all})
+		agent := all
+		if r.sc.agentShares > 0 {
+			agent.CPUShares = r.sc.agentShares
+		}
+		cgs = append(cgs, plugins.Cgroup{Path: r.sub("agent"), Settings: agent})
 	}
 	if r.sc.Tidal {
 		return r.b.writer.Apply(cgs)
@@ -246,7 +256,7 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 		})
 		r.bg.onStop(meter.Close)
 	}
-	if r.agent != nil {
+	if r.agent != nil && !r.sc.unpolled {
 		r.watch = newAgentWatch()
 		client := r.agent.client
 		r.bg.every(agentPoll, func(now time.Time) { r.watch.poll(client, now) })
@@ -275,6 +285,9 @@ func (r *scenarioRun) startContentionProbe() {
 		if !quota {
 			// No quota (quota-on-cut while online work is calm, or the idle mechanism):
 			// what is lent is the agent's own figure, up to a poll old.
+			if r.watch == nil {
+				return
+			}
 			if lent = r.watch.latestLent.Load(); lent < 0 {
 				return
 			}
@@ -371,6 +384,9 @@ func (r *scenarioRun) startLoadgen(addr string) (*proc, error) {
 // cleanup stops whatever still runs (the agent last), the samplers, and removes the run's
 // cgroups, killing anything left in them.
 func (r *scenarioRun) cleanup() error {
+	if r.sc.stoppedAgent && r.agent != nil && r.agent.running() {
+		_ = syscall.Kill(r.agent.pid(), syscall.SIGCONT) // so it ends as it is asked to
+	}
 	for i := len(r.procs) - 1; i >= 0; i-- {
 		if p := r.procs[i]; p.running() {
 			p.stop(stopGrace)

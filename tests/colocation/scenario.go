@@ -31,6 +31,14 @@ type scenario struct {
 	agentConfig string
 	// onlyOwnWorkloads: the agent manages only the run's own workloads, not -day-workloads.
 	onlyOwnWorkloads bool
+	// agentShares, when set, is the cpu.shares of the agent's own cgroup (1024 otherwise).
+	agentShares uint64
+	// stoppedAgent: the agent is stopped (SIGSTOP) once it has admitted its workloads, and
+	// resumed only to end: its cgroups stay as it left them, with nothing running in it.
+	stoppedAgent bool
+	// unpolled: the benchmark does not poll the agent's status (twice a second otherwise,
+	// for what it lends and its actions), so the instrument's own cost can be told apart.
+	unpolled bool
 	// sloProbe: the online service is started with an SLO probe (-probe-latency).
 	sloProbe bool
 	// sloMetric: the online service is started with its latency histogram as an SLO metric
@@ -65,6 +73,32 @@ var scenarios = []scenario{
 		}},
 	{Name: "besteffort-beside-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
 		About: "besteffort, with the agent running beside it managing its -day-workloads idle workloads only: what the agent's own activity costs online work, apart from where the agent places it",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
+		}},
+	{Name: "besteffort-beside-slow-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
+		agentConfig: "loops:\n  slowInterval: 10s\n  metricsStaleAfter: 30s\ninterference:\n  interval: 10s\n  baselineFor: 30s\n",
+		About:       "besteffort-beside-agent whose slow loop and interference meter step every 10 s (1 s and 500 ms by default): whether their periodic work is what the agent's activity costs online work",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
+		}},
+	{Name: "besteffort-beside-agent-unpolled", Online: true, Offline: true, diagnostic: true, agentBeside: true, unpolled: true,
+		About: "besteffort-beside-agent that the benchmark does not poll (its status twice a second otherwise): whether the instrument is what the agent's presence costs online work",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
+		}},
+	{Name: "besteffort-beside-low-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, agentShares: 16,
+		About: "besteffort-beside-agent with the agent's own cgroup at cpu.shares 16 (1024 otherwise): whether online work waits behind the agent's CPU bursts",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
+		}},
+	{Name: "besteffort-beside-stopped-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, stoppedAgent: true, unpolled: true,
+		About: "besteffort-beside-agent with the agent stopped (SIGSTOP) once its workloads are admitted: its cgroups and processes there, nothing of it running; whether its activity or its tree is what costs online work",
+		offline: func(all cpuset.CPUSet) plugins.Settings {
+			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
+		}},
+	{Name: "besteffort-beside-bare-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, onlyOwnWorkloads: true,
+		About: "besteffort-beside-agent with no workloads for the agent to manage (not its -day-workloads): whether their number is what the agent's activity costs online work",
 		offline: func(all cpuset.CPUSet) plugins.Settings {
 			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
 		}},
