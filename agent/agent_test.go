@@ -418,15 +418,7 @@ func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
 		c.CPU.Mechanism = string(plugins.MechanismQuota)
 		c.CPU.PoolShrinkAfter = 10 * time.Second
 	})
-	ctx := context.Background()
-	pass := h.batch(a)
-	a.slowPass(ctx)
-	for range 14 {
-		pass(10)
-	}
-	if got := h.read("tidal-reclaimed", "cpuset.cpus"); got != "0-3" {
-		t.Fatalf("reclaimed pool %q after growing, want 0-3 (widening is not held)", got)
-	}
+	pass := growOverEveryCPU(t, h, a)
 
 	writes := a.writer.Stats().Writes
 	a.spike(time.Now(), 3900, 0)
@@ -469,15 +461,7 @@ func TestReclaimedOnOnlineCPUsKeepsTheCpuset(t *testing.T) {
 		t.Run(tc.where, func(t *testing.T) {
 			h := newFakeHost(t)
 			a := h.agentWith(t.TempDir(), func(c *config.Config) { c.CPU.ReclaimedCPUs = tc.where })
-			ctx := context.Background()
-			pass := h.batch(a)
-			a.slowPass(ctx)
-			for range 14 {
-				pass(10)
-			}
-			if got := h.read("tidal-reclaimed", "cpuset.cpus"); got != "0-3" {
-				t.Fatalf("reclaimed pool %q after growing, want 0-3", got)
-			}
+			growOverEveryCPU(t, h, a)
 			a.spike(time.Now(), 3900, 0)
 			if got := h.read("tidal-reclaimed", "cpu.max"); got != "10000 100000" {
 				t.Errorf("reclaimed quota %q after the spike, want 10000 100000", got)
@@ -489,4 +473,19 @@ func TestReclaimedOnOnlineCPUsKeepsTheCpuset(t *testing.T) {
 			}
 		})
 	}
+}
+
+// growOverEveryCPU runs slow passes with online work at 10% until the reclaimed pool spans
+// every CPU (widening is never held), and returns the pass function for more.
+func growOverEveryCPU(t *testing.T, h *fakeHost, a *Agent) func(int) {
+	t.Helper()
+	pass := h.batch(a)
+	a.slowPass(context.Background())
+	for range 14 {
+		pass(10)
+	}
+	if got := h.read("tidal-reclaimed", "cpuset.cpus"); got != "0-3" {
+		t.Fatalf("reclaimed pool %q after growing, want 0-3", got)
+	}
+	return pass
 }

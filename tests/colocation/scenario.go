@@ -64,44 +64,30 @@ var scenarios = []scenario{
 	{Name: "offline-alone", Offline: true, offline: plain, About: "the offline work alone (throughput baseline)"},
 	{Name: "naive", Online: true, Offline: true, offline: plain, About: "offline in plain cgroups, default shares, no limits"},
 	{Name: "besteffort", Online: true, Offline: true, About: "offline under a parent with cpu.shares 2 (Kubernetes BestEffort)",
-		offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
-		}},
+		offline: besteffortOffline},
 	{Name: "idle", Online: true, Offline: true, About: "offline under a parent with cpu.idle 1 (the kernel's idle class), no agent",
 		offline: func(all cpuset.CPUSet) plugins.Settings {
 			return plugins.Settings{CPUs: all, CPUIdle: plugins.On}
 		}},
 	{Name: "besteffort-beside-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
-		About: "besteffort, with the agent running beside it managing its -day-workloads idle workloads only: what the agent's own activity costs online work, apart from where the agent places it",
-		offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
-		}},
+		About:   "besteffort, with the agent running beside it managing its -day-workloads idle workloads only: what the agent's own activity costs online work, apart from where the agent places it",
+		offline: besteffortOffline},
 	{Name: "besteffort-beside-slow-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
 		agentConfig: "loops:\n  slowInterval: 10s\n  metricsStaleAfter: 30s\ninterference:\n  interval: 10s\n  baselineFor: 30s\n",
 		About:       "besteffort-beside-agent whose slow loop and interference meter step every 10 s (1 s and 500 ms by default): whether their periodic work is what the agent's activity costs online work",
-		offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
-		}},
+		offline:     besteffortOffline},
 	{Name: "besteffort-beside-agent-unpolled", Online: true, Offline: true, diagnostic: true, agentBeside: true, unpolled: true,
-		About: "besteffort-beside-agent that the benchmark does not poll (its status twice a second otherwise): whether the instrument is what the agent's presence costs online work",
-		offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
-		}},
+		About:   "besteffort-beside-agent that the benchmark does not poll (its status twice a second otherwise): whether the instrument is what the agent's presence costs online work",
+		offline: besteffortOffline},
 	{Name: "besteffort-beside-low-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, agentShares: 16,
-		About: "besteffort-beside-agent with the agent's own cgroup at cpu.shares 16 (1024 otherwise): whether online work waits behind the agent's CPU bursts",
-		offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
-		}},
+		About:   "besteffort-beside-agent with the agent's own cgroup at cpu.shares 16 (1024 otherwise): whether online work waits behind the agent's CPU bursts",
+		offline: besteffortOffline},
 	{Name: "besteffort-beside-stopped-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, stoppedAgent: true, unpolled: true,
-		About: "besteffort-beside-agent with the agent stopped (SIGSTOP) once its workloads are admitted: its cgroups and processes there, nothing of it running; whether its activity or its tree is what costs online work",
-		offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
-		}},
+		About:   "besteffort-beside-agent with the agent stopped (SIGSTOP) once its workloads are admitted: its cgroups and processes there, nothing of it running; whether its activity or its tree is what costs online work",
+		offline: besteffortOffline},
 	{Name: "besteffort-beside-bare-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, onlyOwnWorkloads: true,
-		About: "besteffort-beside-agent with no workloads for the agent to manage (not its -day-workloads): whether their number is what the agent's activity costs online work",
-		offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
-		}},
+		About:   "besteffort-beside-agent with no workloads for the agent to manage (not its -day-workloads): whether their number is what the agent's activity costs online work",
+		offline: besteffortOffline},
 	{Name: "static", Online: true, Offline: true, About: "offline pinned to a fixed half of the CPUs (online unpinned)",
 		offline: upperHalfOffline},
 	{Name: "static-idle", Online: true, Offline: true, diagnostic: true,
@@ -247,6 +233,12 @@ func scenarioByName(name string) (scenario, bool) {
 }
 
 // upperHalfOffline places the offline work on the upper half of the CPUs at default shares.
+// besteffortOffline places the offline work as a Kubernetes BestEffort pod: every CPU, at
+// cpu.shares 2.
+func besteffortOffline(all cpuset.CPUSet) plugins.Settings {
+	return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
+}
+
 func upperHalfOffline(all cpuset.CPUSet) plugins.Settings {
 	return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
 }
