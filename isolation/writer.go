@@ -7,7 +7,6 @@ package isolation
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -399,9 +398,7 @@ func (w *Writer) Recheck(turn, of int) {
 	defer w.mu.Unlock()
 	var paths []string
 	for p := range w.known {
-		h := fnv.New32a()
-		h.Write([]byte(p))
-		if int(h.Sum32()%uint32(of)) == turn%of {
+		if turnOf(p, of) == turn%of {
 			paths = append(paths, p)
 		}
 	}
@@ -416,6 +413,17 @@ func (w *Writer) Recheck(turn, of int) {
 		w.recheck[p] = true
 	}
 	w.backend.forgetPaths(paths)
+}
+
+// turnOf is path's turn among `of` (FNV-1a of the path, computed in place: the slow loop asks
+// for every cgroup on every pass).
+func turnOf(path string, of int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(path); i++ {
+		h ^= uint32(path[i])
+		h *= 16777619
+	}
+	return int(h % uint32(of))
 }
 
 // forgetLocked drops what is remembered of path's files but its device rules, which cannot be
