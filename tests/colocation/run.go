@@ -256,7 +256,7 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 		})
 		r.bg.onStop(meter.Close)
 	}
-	if r.agent != nil && !r.sc.unpolled {
+	if r.agent != nil && !r.sc.unpolled && !r.sc.stoppedAgent {
 		r.watch = newAgentWatch()
 		client := r.agent.client
 		r.bg.every(agentPoll, func(now time.Time) { r.watch.poll(client, now) })

@@ -34,7 +34,8 @@ type scenario struct {
 	// agentShares, when set, is the cpu.shares of the agent's own cgroup (1024 otherwise).
 	agentShares uint64
 	// stoppedAgent: the agent is stopped (SIGSTOP) once it has admitted its workloads, and
-	// resumed only to end: its cgroups stay as it left them, with nothing running in it.
+	// resumed only to end: its cgroups stay as it left them, with nothing running in it (and
+	// nothing to answer a poll: it is not polled).
 	stoppedAgent bool
 	// unpolled: the benchmark does not poll the agent's status (twice a second otherwise,
 	// for what it lends and its actions), so the instrument's own cost can be told apart.
@@ -82,7 +83,7 @@ var scenarios = []scenario{
 	{Name: "besteffort-beside-low-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, agentShares: 16,
 		About:   "besteffort-beside-agent with the agent's own cgroup at cpu.shares 16 (1024 otherwise): whether online work waits behind the agent's CPU bursts",
 		offline: besteffortOffline},
-	{Name: "besteffort-beside-stopped-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, stoppedAgent: true, unpolled: true,
+	{Name: "besteffort-beside-stopped-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, stoppedAgent: true,
 		About:   "besteffort-beside-agent with the agent stopped (SIGSTOP) once its workloads are admitted: its cgroups and processes there, nothing of it running; whether its activity or its tree is what costs online work",
 		offline: besteffortOffline},
 	{Name: "besteffort-beside-bare-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, onlyOwnWorkloads: true,
@@ -232,13 +233,13 @@ func scenarioByName(name string) (scenario, bool) {
 	return scenario{}, false
 }
 
-// upperHalfOffline places the offline work on the upper half of the CPUs at default shares.
 // besteffortOffline places the offline work as a Kubernetes BestEffort pod: every CPU, at
 // cpu.shares 2.
 func besteffortOffline(all cpuset.CPUSet) plugins.Settings {
 	return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
 }
 
+// upperHalfOffline places the offline work on the upper half of the CPUs at default shares.
 func upperHalfOffline(all cpuset.CPUSet) plugins.Settings {
 	return plugins.Settings{CPUs: upperHalf(all), CPUShares: defaultShares}
 }
