@@ -165,10 +165,18 @@ func (b *v1Backend) forget() {
 }
 
 func (b *v1Backend) forgetPaths(paths []string) {
+	top := false
 	for _, p := range paths {
 		delete(b.groups, p)
+		if d := filepath.Dir(p); d == "." || d == "/" {
+			top = true
+		}
 	}
-	b.readRootBalance()
+	// The root's flag is re-read in a top-level cgroup's turn: once over the turns, not on
+	// every recheck.
+	if top {
+		b.readRootBalance()
+	}
 }
 
 // readRootBalance notes whether the root cpuset balances load over all CPUs (the default).
