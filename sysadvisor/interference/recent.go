@@ -19,6 +19,8 @@ type Recent struct {
 	passes int
 	pass   uint64
 	byName map[string]*readings
+	// sorted is Add's buffer for the median, kept between calls so a reading allocates nothing.
+	sorted []float64
 }
 
 // readings are one workload's recent readings and the pass of its last Restart (0: none;
@@ -59,11 +61,12 @@ func (r *Recent) Add(name string, value float64) (median float64, settled bool) 
 		}
 	}
 	rs.kept = append(kept, stamped{r.pass, value})
-	values := make([]float64, len(rs.kept))
-	for i, s := range rs.kept {
-		values[i] = s.value
+	values := r.sorted[:0]
+	for _, s := range rs.kept {
+		values = append(values, s.value)
 	}
 	slices.Sort(values)
+	r.sorted = values
 	return values[len(values)/2], rs.restart == 0 || r.pass-rs.restart >= uint64(r.passes)
 }
 

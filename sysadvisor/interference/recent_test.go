@@ -112,3 +112,22 @@ func TestRecentOfOnePassIsJudgedTheNextPassAfterACut(t *testing.T) {
 		t.Fatalf("Add after a cut = %v, settled %v; want 0.5 judged (each reading alone, as before the median)", got, settled)
 	}
 }
+
+// The meter adds a reading per online workload every pass: once a workload's readings fill
+// their passes, adding one allocates nothing.
+func TestRecentAddsWithoutAllocatingOnceWarm(t *testing.T) {
+	r := NewRecent(4)
+	for i := range 8 {
+		r.Next()
+		r.Add("web", float64(i))
+		r.Add("db", float64(i))
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		r.Next()
+		r.Add("web", 0.5)
+		r.Add("db", 0.7)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations a pass, want none", allocs)
+	}
+}
