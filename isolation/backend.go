@@ -34,9 +34,10 @@ type backend interface {
 	// ones it has not (memory.low on v1, oom_kill_disable on v2).
 	supports(k knob) bool
 	// forget drops cached handles, so a cgroup removed behind tidal's back is re-created;
-	// forgetPaths does so for those cgroups only.
+	// forgetPaths does so for those cgroups only, and with root also re-reads what it
+	// knows of the hierarchy's root.
 	forget()
-	forgetPaths(paths []string)
+	forgetPaths(paths []string, root bool)
 }
 
 func newBackend(layout *cgroupfs.Layout) (backend, error) {
@@ -164,17 +165,11 @@ func (b *v1Backend) forget() {
 	b.readRootBalance()
 }
 
-func (b *v1Backend) forgetPaths(paths []string) {
-	top := false
+func (b *v1Backend) forgetPaths(paths []string, root bool) {
 	for _, p := range paths {
 		delete(b.groups, p)
-		if d := filepath.Dir(p); d == "." || d == "/" {
-			top = true
-		}
 	}
-	// The root's flag is re-read in a top-level cgroup's turn: once over the turns, not on
-	// every recheck.
-	if top {
+	if root {
 		b.readRootBalance()
 	}
 }
@@ -466,8 +461,8 @@ func (b *v2Backend) manager(path string) (*cgroup2.Manager, error) {
 	return cgroup2.Load("/"+path, cgroup2.WithMountpoint(b.layout.Unified))
 }
 
-func (b *v2Backend) forget()                    {}
-func (b *v2Backend) forgetPaths(paths []string) {}
+func (b *v2Backend) forget()                               {}
+func (b *v2Backend) forgetPaths(paths []string, root bool) {}
 
 // create makes the cgroup and enables cpu, cpuset and memory (those the kernel offers: a
 // hybrid host's unified mount may carry none) in the subtree_control of each parent below the

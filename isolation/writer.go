@@ -402,9 +402,6 @@ func (w *Writer) Recheck(turn, of int) {
 			paths = append(paths, p)
 		}
 	}
-	if len(paths) == 0 {
-		return
-	}
 	if w.recheck == nil {
 		w.recheck = map[string]bool{}
 	}
@@ -412,7 +409,8 @@ func (w *Writer) Recheck(turn, of int) {
 		w.forgetLocked(p)
 		w.recheck[p] = true
 	}
-	w.backend.forgetPaths(paths)
+	// What the backend knows of the hierarchy's root is re-read once over the turns.
+	w.backend.forgetPaths(paths, turn%of == 0)
 }
 
 // turnOf is path's turn among `of` (FNV-1a of the path, computed in place: the slow loop asks
