@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidalqos/tidal/agent/config"
 	"github.com/tidalqos/tidal/internal/workload"
 	"github.com/tidalqos/tidal/reporter"
 )
@@ -321,6 +322,20 @@ func TestCacheBytes(t *testing.T) {
 		got, ok := cacheBytes(in)
 		if got != want || ok != (want > 0) {
 			t.Errorf("cacheBytes(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+}
+
+// Every scenario's agent settings are a config the agent accepts (on top of the benchmark's
+// own lines): a diagnostic variant with a typo would otherwise fail only at its run.
+func TestScenarioAgentConfigsParse(t *testing.T) {
+	for _, sc := range scenarios {
+		if sc.agentConfig == "" {
+			continue
+		}
+		yaml := "cgroup:\n  root: tidal-bench\nstateDir: /tmp/s\nsocketPath: /tmp/s/tidal.sock\nmetricsAddress: \"\"\n" + sc.agentConfig
+		if _, err := config.Parse(sc.Name+".yaml", []byte(yaml)); err != nil {
+			t.Errorf("scenario %s: %v", sc.Name, err)
 		}
 	}
 }

@@ -59,6 +59,9 @@ const (
 	besteffortShares = 2
 )
 
+// slowTickAgent is agent YAML whose fast path reads every 500 ms, windows and all.
+const slowTickAgent = "loops:\n  fastInterval: 500ms\n  fastWindow: 500ms\n  fastBurstWindow: 0s\n"
+
 // scenarios in the order they run each round.
 var scenarios = []scenario{
 	{Name: "online-alone", Online: true, About: "the online service alone (latency baseline)"},
@@ -76,6 +79,18 @@ var scenarios = []scenario{
 	{Name: "besteffort-beside-slow-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
 		agentConfig: "loops:\n  slowInterval: 10s\n  metricsStaleAfter: 30s\ninterference:\n  interval: 10s\n  baselineFor: 30s\n",
 		About:       "besteffort-beside-agent whose slow loop and interference meter step every 10 s (1 s and 500 ms by default): whether their periodic work is what the agent's activity costs online work",
+		offline:     besteffortOffline},
+	{Name: "besteffort-beside-slow-tick-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
+		agentConfig: slowTickAgent,
+		About:       "besteffort-beside-agent whose fast path reads online work's counters every 500 ms (10 ms by default): whether its tick is what the agent's activity costs online work",
+		offline:     besteffortOffline},
+	{Name: "besteffort-beside-agent-without-io", Online: true, Offline: true, diagnostic: true, agentBeside: true,
+		agentConfig: "io:\n  enabled: false\n",
+		About:       "besteffort-beside-agent with its disk IO loop off (every 500 ms by default): whether that loop is what the agent's activity costs online work",
+		offline:     besteffortOffline},
+	{Name: "besteffort-beside-quiet-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, unpolled: true,
+		agentConfig: slowTickAgent + "  slowInterval: 10s\n  metricsStaleAfter: 30s\ninterference:\n  interval: 10s\n  baselineFor: 30s\nio:\n  enabled: false\n",
+		About:       "besteffort-beside-agent with all its periodic work slowed or off (fast path every 500 ms, slow loop and meter every 10 s, no IO loop, not polled): whether what is left of it (the Go runtime, its memory) costs online work",
 		offline:     besteffortOffline},
 	{Name: "besteffort-beside-agent-unpolled", Online: true, Offline: true, diagnostic: true, agentBeside: true, unpolled: true,
 		About:   "besteffort-beside-agent that the benchmark does not poll (its status twice a second otherwise): whether the instrument is what the agent's presence costs online work",
@@ -181,6 +196,9 @@ var scenarios = []scenario{
 	{Name: "tidal-on-online", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "cpu:\n  reclaimedCPUs: online\n",
 		About:       "tidal with reclaimed work on every CPU online work runs on (cpu.reclaimedCPUs online; the default pool is the ceil(lent) CPUs farthest from system ones): the idle class, and the quota after a cut, hold it to what is lent"},
+	{Name: "tidal-shares-on-online", Online: true, Offline: true, Tidal: true, diagnostic: true,
+		agentConfig: "cpu:\n  mechanism: shares\n  reclaimedCPUs: online\n",
+		About:       "tidal-on-online under cpu.mechanism shares: reclaimed work at cpu.shares 2 on every online CPU, as besteffort places it, with nothing but eviction to take CPU back: what the agent costs where it places work as Kubernetes does"},
 	{Name: "tidal-shares-no-wait", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "cpu:\n  mechanism: shares\n" + noWaitTarget,
 		About:       "tidal-shares without the shared tier's run-queue wait target: cpu.shares 2 on what online usage leaves, cut only by the fast path"},
