@@ -14,6 +14,7 @@ import (
 	"github.com/tidalqos/tidal/agent/state"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/qos"
+	"github.com/tidalqos/tidal/reporter"
 	"github.com/tidalqos/tidal/sysadvisor/advisor"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
 	"github.com/tidalqos/tidal/sysadvisor/metrics"
@@ -125,7 +126,7 @@ func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) {
 	for _, np := range a.pools {
 		total += int64(np.Shared.Size())
 	}
-	changed := false
+	var cuts []reporter.Action
 	for _, np := range a.pools {
 		if total == 0 {
 			break
@@ -134,17 +135,19 @@ func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) {
 		r := advisor.SpikeRates{WindowMilli: onlineMilli * size / total, BurstMilli: burstMilli * size / total,
 			Window: a.cfg.Loops.FastWindow, Burst: a.cfg.Loops.FastBurstWindow}
 		if c := a.advisor.Spike(now, np.Node, r); c != nil {
-			a.actionLocked("throttle", "online-spike", c.Reason)
-			changed = true
+			cuts = append(cuts, a.recordActionLocked("throttle", "online-spike", c.Reason))
 		}
 	}
-	if changed {
+	if len(cuts) > 0 {
 		a.planGeneration++
 		a.spikeLimitsChangedLocked()
 	}
 	a.mu.Unlock()
-	if changed {
+	if len(cuts) > 0 {
 		a.writeReclaimedLimits()
+	}
+	for _, act := range cuts {
+		a.logAction(act)
 	}
 }
 
@@ -270,16 +273,20 @@ func (a *Agent) watchPressure(ctx context.Context) {
 		a.mu.Lock()
 		changes := a.advisor.Pressure(time.Now(), fmt.Sprintf("online CPU pressure (PSI: shared tier's tasks stalled over %s in %s)",
 			a.cfg.Loops.PSIStallThreshold, a.cfg.Loops.PSIWindow))
+		var cuts []reporter.Action
 		for _, c := range changes {
-			a.actionLocked("throttle", "online-pressure", c.Reason)
+			cuts = append(cuts, a.recordActionLocked("throttle", "online-pressure", c.Reason))
 		}
-		if len(changes) > 0 {
+		if len(cuts) > 0 {
 			a.planGeneration++
 			a.spikeLimitsChangedLocked()
 		}
 		a.mu.Unlock()
-		if len(changes) > 0 {
+		if len(cuts) > 0 {
 			a.writeReclaimedLimits()
+		}
+		for _, act := range cuts {
+			a.logAction(act)
 		}
 	})
 	if err != nil {

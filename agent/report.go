@@ -82,13 +82,24 @@ func (a *Agent) action(kind, label, reason string) {
 }
 
 func (a *Agent) actionLocked(kind, label, reason string) {
+	a.logAction(a.recordActionLocked(kind, label, reason))
+}
+
+// recordActionLocked keeps a decision for status and metrics without logging it: the fast
+// path logs its cuts once it has written them and let go of mu, since a write to a log whose
+// reader stalls (a full pipe) would hold both.
+func (a *Agent) recordActionLocked(kind, label, reason string) reporter.Action {
 	act := reporter.Action{Time: time.Now(), Kind: kind, Trigger: label, Reason: reason}
 	a.actions = append(a.actions, act)
 	if over := len(a.actions) - a.cfg.Status.ActionHistory; over > 0 {
 		a.actions = append(a.actions[:0], a.actions[over:]...)
 	}
 	a.metrics.Action(kind, label)
-	a.log.Info("action", "kind", kind, "trigger", label, "reason", reason)
+	return act
+}
+
+func (a *Agent) logAction(act reporter.Action) {
+	a.log.Info("action", "kind", act.Kind, "trigger", act.Trigger, "reason", act.Reason)
 }
 
 // nodeReport is what the Node object should say now (the pod source adds what it knows of
