@@ -143,9 +143,16 @@ func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) {
 		a.spikeLimitsChangedLocked()
 	}
 	a.mu.Unlock()
-	if len(cuts) > 0 {
-		a.writeReclaimedLimits()
+	a.writeCuts(cuts)
+}
+
+// writeCuts follows the fast path's cuts, decided and recorded under mu, once mu is released:
+// it writes the reclaimed limits, then logs the cuts (a log that stalls holds neither).
+func (a *Agent) writeCuts(cuts []reporter.Action) {
+	if len(cuts) == 0 {
+		return
 	}
+	a.writeReclaimedLimits()
 	for _, act := range cuts {
 		a.logAction(act)
 	}
@@ -282,12 +289,7 @@ func (a *Agent) watchPressure(ctx context.Context) {
 			a.spikeLimitsChangedLocked()
 		}
 		a.mu.Unlock()
-		if len(cuts) > 0 {
-			a.writeReclaimedLimits()
-		}
-		for _, act := range cuts {
-			a.logAction(act)
-		}
+		a.writeCuts(cuts)
 	})
 	if err != nil {
 		a.log.Warn("PSI trigger unavailable; the utilization tick drives the fast path", "path", path, "err", err)

@@ -59,8 +59,15 @@ const (
 	besteffortShares = 2
 )
 
-// slowTickAgent is agent YAML whose fast path reads every 500 ms, windows and all.
-const slowTickAgent = "loops:\n  fastInterval: 500ms\n  fastWindow: 500ms\n  fastBurstWindow: 0s\n"
+// Pieces of agent YAML for the diagnostics that slow the agent's periodic work down: its fast
+// path reading every 500 ms (windows and all), its slow loop and its interference meter
+// stepping every 10 s (each line under loops:), its disk IO loop off.
+const (
+	slowTickLoops  = "  fastInterval: 500ms\n  fastWindow: 500ms\n  fastBurstWindow: 0s\n"
+	slowPassLoops  = "  slowInterval: 10s\n  metricsStaleAfter: 30s\n"
+	slowMeterAgent = "interference:\n  interval: 10s\n  baselineFor: 30s\n"
+	noIOAgent      = "io:\n  enabled: false\n"
+)
 
 // scenarios in the order they run each round.
 var scenarios = []scenario{
@@ -77,19 +84,19 @@ var scenarios = []scenario{
 		About:   "besteffort, with the agent running beside it managing its -day-workloads idle workloads only: what the agent's own activity costs online work, apart from where the agent places it",
 		offline: besteffortOffline},
 	{Name: "besteffort-beside-slow-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
-		agentConfig: "loops:\n  slowInterval: 10s\n  metricsStaleAfter: 30s\ninterference:\n  interval: 10s\n  baselineFor: 30s\n",
+		agentConfig: "loops:\n" + slowPassLoops + slowMeterAgent,
 		About:       "besteffort-beside-agent whose slow loop and interference meter step every 10 s (1 s and 500 ms by default): whether their periodic work is what the agent's activity costs online work",
 		offline:     besteffortOffline},
 	{Name: "besteffort-beside-slow-tick-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
-		agentConfig: slowTickAgent,
+		agentConfig: "loops:\n" + slowTickLoops,
 		About:       "besteffort-beside-agent whose fast path reads online work's counters every 500 ms (10 ms by default): whether its tick is what the agent's activity costs online work",
 		offline:     besteffortOffline},
 	{Name: "besteffort-beside-agent-without-io", Online: true, Offline: true, diagnostic: true, agentBeside: true,
-		agentConfig: "io:\n  enabled: false\n",
+		agentConfig: noIOAgent,
 		About:       "besteffort-beside-agent with its disk IO loop off (every 500 ms by default): whether that loop is what the agent's activity costs online work",
 		offline:     besteffortOffline},
 	{Name: "besteffort-beside-quiet-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, unpolled: true,
-		agentConfig: slowTickAgent + "  slowInterval: 10s\n  metricsStaleAfter: 30s\ninterference:\n  interval: 10s\n  baselineFor: 30s\nio:\n  enabled: false\n",
+		agentConfig: "loops:\n" + slowTickLoops + slowPassLoops + slowMeterAgent + noIOAgent,
 		About:       "besteffort-beside-agent with all its periodic work slowed or off (fast path every 500 ms, slow loop and meter every 10 s, no IO loop, not polled): whether what is left of it (the Go runtime, its memory) costs online work",
 		offline:     besteffortOffline},
 	{Name: "besteffort-beside-agent-unpolled", Online: true, Offline: true, diagnostic: true, agentBeside: true, unpolled: true,
