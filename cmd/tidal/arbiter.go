@@ -40,7 +40,8 @@ func runArbiter(ctx context.Context, args []string) error {
 		return fmt.Errorf("--pod-name: the arbiter is in %s mode: set \"mode: kubernetes\" in the config", cfg.Mode)
 	}
 	cfg.Kubernetes.PodName = *podName
-	log := newLogger(cfg.LogLevel, os.Stderr)
+	log, closeLog := newLogger(cfg.LogLevel, os.Stderr)
+	defer closeLog()
 	opts := arbiter.Options{
 		LeaseTTL:        cfg.LeaseTTL,
 		NodeTimeout:     cfg.NodeTimeout,

@@ -12,9 +12,11 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/tidalqos/tidal/agent"
 	"github.com/tidalqos/tidal/agent/config"
+	"github.com/tidalqos/tidal/internal/asynclog"
 	"github.com/tidalqos/tidal/reporter"
 )
 
@@ -151,7 +153,8 @@ func runAgent(ctx context.Context, args []string) error {
 	if err := cfg.Validate(); err != nil { // the flags' values too
 		return err
 	}
-	log := newLogger(cfg.LogLevel, os.Stderr)
+	log, closeLog := newLogger(cfg.LogLevel, os.Stderr)
+	defer closeLog()
 	a, err := agent.New(cfg, log)
 	if err != nil {
 		if *configPath != "" { // point a problem only the host shows at its line
@@ -162,10 +165,19 @@ func runAgent(ctx context.Context, args []string) error {
 	return a.Run(ctx)
 }
 
-func newLogger(level string, w io.Writer) *slog.Logger {
+// logQueue is how many log records a daemon keeps while its log's reader is slow; more are
+// dropped and counted rather than wait.
+const logQueue = 4096
+
+// newLogger is a daemon's log: written from a goroutine of its own, so a reader that stalls
+// (a full pipe, a stuck log shipper) never holds the locks the daemon logs under, such as
+// the agent's, which its fast path needs. closeLog writes what is queued (waiting at most 2 s
+// for the reader) and stops that goroutine.
+func newLogger(level string, w io.Writer) (log *slog.Logger, closeLog func()) {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	q := asynclog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}), logQueue)
+	return q.Logger(), func() { q.Close(2 * time.Second) }
 }
 
 func runStatus(ctx context.Context, args []string, out io.Writer) error {

@@ -3,6 +3,7 @@ package integration
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
+	"github.com/tidalqos/tidal/tests/testutil"
 )
 
 // A reclaimed burner runs in its own cgroup with the lowest CPU priority, a quota equal to
@@ -599,5 +601,89 @@ func TestLimitsUseADipWhilePublishingStaysDamped(t *testing.T) {
 	}
 	if !strings.Contains(c.Formula, "over 2s") || !strings.Contains(c.PublishedFormula, "over 1m0s") {
 		t.Errorf("formulas %q and %q do not name their windows", c.Formula, c.PublishedFormula)
+	}
+}
+
+// An agent whose log nobody reads (its stderr a pipe that is full) still answers, lends and
+// cuts: it logs from a goroutine of its own and drops what does not fit, so no lock its fast
+// path or its API needs waits on the reader. What it kept is written once the log is read.
+func TestAStalledLogHoldsNothing(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 3s\n  spikeThreshold: 0.5\n")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillPipe(t, w)
+	cmd := exec.Command(tidalBin, "agent", "--config", n.config)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	var drained syncBuffer
+	read := make(chan struct{})
+	t.Cleanup(func() {
+		// Read the log again, so the agent can write what it kept and stop.
+		go func() {
+			defer close(read)
+			_, _ = io.Copy(&drained, r)
+		}()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		waited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(waited) }()
+		select {
+		case <-waited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-waited
+		}
+		<-read
+		_ = r.Close()
+		for _, want := range []string{`msg="agent running"`, `msg=action kind=throttle`, `msg="agent stopped`} {
+			if !strings.Contains(drained.String(), want) {
+				t.Errorf("the agent's log, read again, lacks %s:\n%s", want, testutil.Tail(drained.String(), 40))
+			}
+		}
+	})
+	n.eventually(10*time.Second, "agent answers with its log stalled", func() error { _, err := n.client.Status(); return err })
+
+	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	n.waitWorkload("burn")
+	n.eventually(20*time.Second, "lending grows with the log stalled", func() error {
+		if s := n.status(); s.Lendable.MilliCPU < 500 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	lent := n.status().Lendable.MilliCPU
+	n.run("--tier", "shared", "--name", "online", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	n.waitWorkload("online")
+	n.eventually(5*time.Second, "online load cuts lending with the log stalled", func() error {
+		if s := n.status(); s.Lendable.MilliCPU > lent/2 {
+			return fmt.Errorf("still lends %dm (was %dm)", s.Lendable.MilliCPU, lent)
+		}
+		return nil
+	})
+}
+
+// fillPipe writes into w until the pipe holds all it can, then makes w block again: the next
+// write by whoever holds w waits for a reader.
+func fillPipe(t *testing.T, w *os.File) {
+	t.Helper()
+	fd := int(w.Fd())
+	if err := unix.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := unix.Write(fd, chunk); err != nil {
+			if errors.Is(err, unix.EAGAIN) {
+				break
+			}
+			t.Fatal(err)
+		}
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		t.Fatal(err)
 	}
 }
