@@ -24,7 +24,6 @@ type backend interface {
 	// way (nil if none), so the writer need not read those files again.
 	create(path string) (map[knob]string, error)
 	attach(path string, pid int) error
-	remove(path string) error
 	// fileValue turns a version-independent knob value (see wanted) into the canonical text
 	// this version's file holds; read returns that form and write takes it.
 	fileValue(k knob, value string) string
@@ -34,8 +33,8 @@ type backend interface {
 	// ones it has not (memory.low on v1, oom_kill_disable on v2).
 	supports(k knob) bool
 	// forget drops cached handles, so a cgroup removed behind tidal's back is re-created;
-	// forgetPaths does so for those cgroups only, and with root also re-reads what it
-	// knows of the hierarchy's root.
+	// forgetPaths does so for those cgroups and the ones below them only, and with root
+	// also re-reads what it knows of the hierarchy's root.
 	forget()
 	forgetPaths(paths []string, root bool)
 }
@@ -166,8 +165,13 @@ func (b *v1Backend) forget() {
 }
 
 func (b *v1Backend) forgetPaths(paths []string, root bool) {
-	for _, p := range paths {
-		delete(b.groups, p)
+	for cached := range b.groups {
+		for _, p := range paths {
+			if cached == p || strings.HasPrefix(cached, p+"/") {
+				delete(b.groups, cached)
+				break
+			}
+		}
 	}
 	if root {
 		b.readRootBalance()
@@ -200,15 +204,6 @@ func (b *v1Backend) attach(path string, pid int) error {
 		return err
 	}
 	return g.AddProc(uint64(pid))
-}
-
-func (b *v1Backend) remove(path string) error {
-	g, err := b.group(path)
-	if err != nil {
-		return err
-	}
-	delete(b.groups, path)
-	return g.Delete()
 }
 
 func (b *v1Backend) fileValue(_ knob, value string) string { return value }
@@ -501,14 +496,6 @@ func (b *v2Backend) attach(path string, pid int) error {
 		return err
 	}
 	return m.AddProc(uint64(pid))
-}
-
-func (b *v2Backend) remove(path string) error {
-	m, err := b.manager(path)
-	if err != nil {
-		return err
-	}
-	return m.Delete()
 }
 
 func (b *v2Backend) fileValue(k knob, value string) string {

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/utils/cpuset"
 
+	"github.com/tidalqos/tidal/isolation"
 	"github.com/tidalqos/tidal/isolation/isolationtest"
 	"github.com/tidalqos/tidal/plugins"
 	"github.com/tidalqos/tidal/sysadvisor/cgroupfs"
@@ -157,5 +159,69 @@ func TestClearingIOWithoutThrottleFiles(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(file); strings.TrimSpace(string(got)) != "254:0 rbps=max wbps=max riops=max wiops=max" {
 		t.Errorf("io.max after clearing: %q, want the device's throttle lifted", got)
+	}
+}
+
+// A cgroup that will not go at once is tried again without the writer's lock: writes (the
+// fast path's) go on meanwhile, and the cgroup goes once it can.
+func TestRemoveTriesAgainWithoutTheLock(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	mount := fakeV2(t, "tidal", "tidal/a", "tidal/a/busy", "tidal/b")
+	// A mount point below the cgroup keeps it busy, as a process that has exited and is not
+	// yet reaped keeps a real one.
+	busy := filepath.Join(mount, "tidal/a/busy")
+	if err := unix.Mount("tidal-test", busy, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	mounted := true
+	defer func() {
+		if mounted {
+			_ = unix.Unmount(busy, unix.MNT_DETACH)
+		}
+	}()
+	w := newWriter(t, cgroupfs.NewV2(mount))
+	paused := make(chan struct{}, 8)
+	resume := make(chan struct{})
+	isolation.HoldRemoveTries(w, func(time.Duration) {
+		paused <- struct{}{}
+		<-resume
+	})
+	removed := make(chan error, 1)
+	go func() { removed <- w.Remove("tidal/a") }()
+	select {
+	case <-paused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the busy cgroup was not tried again")
+	}
+
+	written := make(chan error, 1)
+	go func() {
+		written <- w.ApplyUrgent([]plugins.Cgroup{{Path: "tidal/b", Settings: plugins.Settings{CPUQuota: 500}}})
+	}()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(resume)
+		t.Fatal("a write waited for a removal's tries")
+	}
+	if got, _ := os.ReadFile(filepath.Join(mount, "tidal/b/cpu.max")); string(got) != "50000 100000" {
+		t.Errorf("tidal/b cpu.max = %q during the removal, want 50000 100000", got)
+	}
+
+	if err := unix.Unmount(busy, 0); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
+	close(resume)
+	if err := <-removed; err != nil {
+		t.Fatalf("remove once no longer busy: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(mount, "tidal/a")); !os.IsNotExist(err) {
+		t.Errorf("tidal/a still there after Remove: %v", err)
 	}
 }

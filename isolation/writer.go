@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"k8s.io/utils/cpuset"
 
@@ -56,6 +57,8 @@ type Writer struct {
 	// urgent counts ApplyUrgent calls waiting for mu: a long Apply stops between two cgroups
 	// and hands them the lock (ErrPreempted).
 	urgent atomic.Int32
+	// pause waits between the tries of a cgroup removal (time.Sleep; a test holds it).
+	pause func(time.Duration)
 }
 
 // ErrPreempted is an Apply that stopped part way so that an urgent write (the fast path
@@ -77,6 +80,7 @@ func NewWriter(layout *cgroupfs.Layout, log *slog.Logger) (*Writer, error) {
 		procDir: "/proc",
 		log:     log,
 		backend: b,
+		pause:   time.Sleep,
 		known:   map[string]map[knob]string{},
 		written: map[string]map[knob]string{},
 	}, nil
@@ -345,22 +349,54 @@ func (w *Writer) Attach(path string, pid int) error {
 	return nil
 }
 
-// Remove deletes cgroup path, which must hold no process, and forgets what it knew of it and
-// its descendants. A cgroup that is already gone is not an error.
+// Remove deletes cgroup path, which must hold no process, and the cgroups below it, and
+// forgets what it knew of them. A cgroup that is already gone is not an error. It holds the
+// writer's lock only to forget: a process that has just exited keeps its cgroup busy until it
+// is reaped, and the tries meanwhile (removeBackoff) must not hold up the fast path's writes.
 func (w *Writer) Remove(path string) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.applied = nil
-	w.dropLocked(path)
-	if !w.layout.Exists(path) {
-		w.backend.forget()
-		return nil
-	}
-	if err := w.backend.remove(path); err != nil {
+	w.forgetTree(path)
+	err := w.removeTree(path)
+	// A write meanwhile, from a plan older than the removal, may have made it again.
+	w.forgetTree(path)
+	if err != nil {
 		return fmt.Errorf("remove cgroup %s: %w", path, err)
 	}
 	w.log.Debug("cgroup remove", "path", path)
 	return nil
+}
+
+// removeBackoff spaces the tries of a cgroup that will not go at once, about 150 ms in all
+// (as long as containerd/cgroups tries, which held the lock meanwhile).
+var removeBackoff = []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}
+
+// removeTree removes path in every hierarchy, without the lock. One that still holds a
+// process is refused at once: no wait makes it go.
+func (w *Writer) removeTree(path string) error {
+	if pids, err := w.layout.Procs(path, true); err == nil && len(pids) > 0 {
+		return fmt.Errorf("it holds %d processes", len(pids))
+	}
+	for try := 0; ; try++ {
+		var errs []error
+		for _, mount := range w.layout.Mounts() {
+			if err := os.RemoveAll(filepath.Join(mount, path)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		err := errors.Join(errs...)
+		if err == nil || try == len(removeBackoff) {
+			return err
+		}
+		w.pause(removeBackoff[try])
+	}
+}
+
+// forgetTree drops what is remembered of path and the cgroups below it.
+func (w *Writer) forgetTree(path string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.applied = nil
+	w.dropLocked(path)
+	w.backend.forgetPaths([]string{path}, false)
 }
 
 // ForgetPath drops what is remembered of a cgroup someone else removes (a pod's), without
