@@ -134,25 +134,10 @@ func TestDedicatedCoresAreExclusive(t *testing.T) {
 func TestOnlineLoadShrinksReclaimed(t *testing.T) {
 	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 3s\n  spikeThreshold: 0.5\n")
 	n.start()
-	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
-	burn := n.waitWorkload("burn")
-	n.eventually(20*time.Second, "lending grows well past its minimum", func() error {
-		if s := n.status(); s.Lendable.MilliCPU < 500 {
-			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
-		}
-		return nil
-	})
+	burn := n.lendToABurner()
 	before := n.cpuUsage(burn.Cgroup, time.Second)
 	lentBefore := n.status().Lendable.MilliCPU
-
-	n.run("--tier", "shared", "--name", "online", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
-	n.waitWorkload("online")
-	n.eventually(5*time.Second, "reclaimed pool shrinks", func() error {
-		if s := n.status(); s.Lendable.MilliCPU > lentBefore/2 {
-			return fmt.Errorf("still lends %dm (was %dm)", s.Lendable.MilliCPU, lentBefore)
-		}
-		return nil
-	})
+	n.cutByOnlineLoad(lentBefore)
 	after := n.cpuUsage(burn.Cgroup, time.Second)
 	t.Logf("burner CPU per second: %v before online load, %v during it; lent %dm -> %dm", before, after, lentBefore, n.status().Lendable.MilliCPU)
 	if after > before/2 {
@@ -647,23 +632,8 @@ func TestAStalledLogHoldsNothing(t *testing.T) {
 	})
 	n.eventually(10*time.Second, "agent answers with its log stalled", func() error { _, err := n.client.Status(); return err })
 
-	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
-	n.waitWorkload("burn")
-	n.eventually(20*time.Second, "lending grows with the log stalled", func() error {
-		if s := n.status(); s.Lendable.MilliCPU < 500 {
-			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
-		}
-		return nil
-	})
-	lent := n.status().Lendable.MilliCPU
-	n.run("--tier", "shared", "--name", "online", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
-	n.waitWorkload("online")
-	n.eventually(5*time.Second, "online load cuts lending with the log stalled", func() error {
-		if s := n.status(); s.Lendable.MilliCPU > lent/2 {
-			return fmt.Errorf("still lends %dm (was %dm)", s.Lendable.MilliCPU, lent)
-		}
-		return nil
-	})
+	n.lendToABurner()
+	n.cutByOnlineLoad(n.status().Lendable.MilliCPU)
 }
 
 // fillPipe writes into w until the pipe holds all it can, then makes w block again: the next

@@ -68,6 +68,35 @@ func (n *node) start() {
 	n.eventually(10*time.Second, "agent answers", func() error { _, err := n.client.Status(); return err })
 }
 
+// lendToABurner runs a reclaimed burner on every CPU and waits until lending is well past its
+// minimum.
+func (n *node) lendToABurner() reporter.Workload {
+	n.t.Helper()
+	n.run("--tier", "reclaimed", "--name", "burn", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	burn := n.waitWorkload("burn")
+	n.eventually(20*time.Second, "lending grows well past its minimum", func() error {
+		if s := n.status(); s.Lendable.MilliCPU < 500 {
+			return fmt.Errorf("lendable %dm", s.Lendable.MilliCPU)
+		}
+		return nil
+	})
+	return burn
+}
+
+// cutByOnlineLoad runs an online burner on every CPU and waits until the node lends under
+// half of lent, what it lent before.
+func (n *node) cutByOnlineLoad(lent int64) {
+	n.t.Helper()
+	n.run("--tier", "shared", "--name", "online", "--", tidalBin, "workload", "burner", "--threads", strconv.Itoa(runtime.NumCPU()))
+	n.waitWorkload("online")
+	n.eventually(5*time.Second, "online load cuts lending", func() error {
+		if s := n.status(); s.Lendable.MilliCPU > lent/2 {
+			return fmt.Errorf("still lends %dm (was %dm)", s.Lendable.MilliCPU, lent)
+		}
+		return nil
+	})
+}
+
 // kill9 kills the agent without giving it a chance to clean up.
 func (n *node) kill9() {
 	_ = n.agent.Process.Kill()
