@@ -392,7 +392,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Go(func() { a.watchPressure(ctx) })
 	}
 	a.log.Info("agent running", "node", a.cfg.NodeName, "cgroup", a.layout.Version.String(), "root", a.cfg.Cgroup.Root,
-		"cpus", a.topo.AllCPUs().String(), "cpuIdle", a.idle, "socket", a.cfg.SocketPath, "metrics", a.cfg.MetricsAddress, "sources", a.sourceNames())
+		"cpus", a.topo.AllCPUs().String(), "cpuIdle", a.idle, "reclaimedCPUs", a.reclaimedCPUs(), "socket", a.cfg.SocketPath, "metrics", a.cfg.MetricsAddress, "sources", a.sourceNames())
 	<-ctx.Done()
 	wg.Wait()
 	a.background.Wait()

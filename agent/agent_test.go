@@ -51,6 +51,18 @@ func (h *fakeHost) cgroup(path string) {
 	}
 }
 
+// twoThreadsPerCore makes the host's CPUs two hardware threads of each core (0-1, 2-3), for
+// an agent made after it.
+func (h *fakeHost) twoThreadsPerCore() {
+	h.t.Helper()
+	for cpu := range 4 {
+		p := filepath.Join(h.sys, fmt.Sprintf("devices/system/cpu/cpu%d/topology/core_id", cpu))
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("%d\n", cpu/2)), 0o644); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
 func newFakeHost(t *testing.T) *fakeHost {
 	t.Helper()
 	dir := t.TempDir()
@@ -167,7 +179,8 @@ func sleeper(t *testing.T) int {
 // settings in the cgroup files, lending grown by the slow loop from the CPU counters and cut
 // by the fast path's narrow write, and a restart that adopts the workloads from the
 // checkpoint without moving the dedicated one's cores. Under every CPU mechanism: with quota
-// the quota is what lending moves, with the others the reclaimed pool's cpuset.
+// the quota is what lending moves, with the others the reclaimed pool's cpuset (placed on the
+// pool, cpu.reclaimedCPUs: pool, which this host's one thread per core would not choose).
 func TestCoreOnAFakeHost(t *testing.T) {
 	for _, m := range plugins.CPUMechanisms() {
 		t.Run(string(m), func(t *testing.T) { testCoreOnAFakeHost(t, m) })
@@ -177,7 +190,10 @@ func TestCoreOnAFakeHost(t *testing.T) {
 func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 	h := newFakeHost(t)
 	state := t.TempDir()
-	a := h.agent(state, mechanism)
+	onPool := func(c *config.Config) {
+		c.CPU.Mechanism, c.CPU.ReclaimedCPUs = string(mechanism), config.ReclaimedOnPool
+	}
+	a := h.agentWith(state, onPool)
 	limit := func() string {
 		if mechanism == plugins.MechanismQuota {
 			return h.read("tidal-reclaimed", "cpu.max")
@@ -417,6 +433,7 @@ func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
 	a := h.agentWith(t.TempDir(), func(c *config.Config) {
 		c.CPU.Mechanism = string(plugins.MechanismQuota)
 		c.CPU.PoolShrinkAfter = 10 * time.Second
+		c.CPU.ReclaimedCPUs = config.ReclaimedOnPool
 	})
 	pass := growOverEveryCPU(t, h, a)
 
@@ -455,11 +472,22 @@ func TestPoolHoldNarrowsTheCpusetLater(t *testing.T) {
 
 // With cpu.reclaimedCPUs: online, reclaimed work runs on every CPU of the shared pool however
 // little is lent: a cut lowers the quota (quota-on-cut) and leaves the cpusets alone, where
-// the default pool narrows to the ceil(lent) CPUs farthest from system ones.
+// pool narrows them to the ceil(lent) CPUs farthest from system ones. auto, the default, is
+// online where each core has one thread and pool where cores have two.
 func TestReclaimedOnOnlineCPUsKeepsTheCpuset(t *testing.T) {
-	for _, tc := range []struct{ where, afterCut string }{{config.ReclaimedOnPool, "3"}, {config.ReclaimedOnOnline, "0-3"}} {
-		t.Run(tc.where, func(t *testing.T) {
+	for _, tc := range []struct {
+		where    string
+		smt      bool
+		afterCut string
+	}{
+		{config.ReclaimedOnPool, false, "3"}, {config.ReclaimedOnOnline, false, "0-3"},
+		{config.ReclaimedAuto, false, "0-3"}, {config.ReclaimedAuto, true, "3"}, {config.ReclaimedOnPool, true, "3"},
+	} {
+		t.Run(fmt.Sprintf("%s-smt-%v", tc.where, tc.smt), func(t *testing.T) {
 			h := newFakeHost(t)
+			if tc.smt {
+				h.twoThreadsPerCore()
+			}
 			a := h.agentWith(t.TempDir(), func(c *config.Config) { c.CPU.ReclaimedCPUs = tc.where })
 			growOverEveryCPU(t, h, a)
 			a.spike(time.Now(), 3900, 0)

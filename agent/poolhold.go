@@ -40,6 +40,21 @@ func (h poolHold) sizing(now time.Time, lent, poolCPUs map[int]int64, hold time.
 	return out
 }
 
+// reclaimedCPUs is where reclaimed work runs, cpu.reclaimedCPUs with auto resolved by the
+// node's topology: every online CPU where each core has one thread (measured: more lent at
+// a tail as good or better, docs/benchmark.md#placement), the pool where cores have SMT
+// siblings (unmeasured, and a sibling's harm is one no CPU priority takes back).
+func (a *Agent) reclaimedCPUs() string {
+	switch {
+	case a.cfg.CPU.ReclaimedCPUs != config.ReclaimedAuto:
+		return a.cfg.CPU.ReclaimedCPUs
+	case a.topo.SMT():
+		return config.ReclaimedOnPool
+	default:
+		return config.ReclaimedOnOnline
+	}
+}
+
 // computePoolsLocked sizes the pools for what is lent, holding a reclaimed pool's CPUs as
 // poolHold says when the quota is what holds reclaimed work. Under the cores mechanism a node
 // that lends whole cores gets them to itself; otherwise, with cpu.reclaimedCPUs: online, a
@@ -58,7 +73,7 @@ func (a *Agent) computePoolsLocked(now time.Time, snap state.Snapshot, lent map[
 	switch {
 	case m == plugins.MechanismCores:
 		pools = cpu.ExclusiveCores(a.topo, pools, lent)
-	case a.cfg.CPU.ReclaimedCPUs == config.ReclaimedOnOnline:
+	case a.reclaimedCPUs() == config.ReclaimedOnOnline:
 		for i := range pools {
 			if lent[pools[i].Node] > 0 {
 				pools[i].Reclaimed = pools[i].Shared

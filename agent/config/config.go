@@ -150,10 +150,12 @@ type CPU struct {
 	Mechanism string `yaml:"mechanism"`
 	// ReclaimedCPUs is which CPUs reclaimed work may run on: "pool", the ceil(lent) shared
 	// CPUs farthest from system ones (the cpuset holds it to what is lent while no quota
-	// does), or "online", every CPU online work runs on, where the idle class lets online
+	// does); "online", every CPU online work runs on, where the idle class lets online
 	// work take any CPU back at a wakeup and the quota, where the mechanism sets one, holds
-	// the amount. Under the cores mechanism the lent cores are reclaimed work's whatever
-	// this says.
+	// the amount; or "auto", online where every core has one thread and pool where cores
+	// have two or more (SMT: a thread beside an online one shares its core, which no CPU
+	// priority takes back). Under the cores mechanism the lent cores are reclaimed work's
+	// whatever this says.
 	ReclaimedCPUs string `yaml:"reclaimedCPUs"`
 	// QuotaAfterCut: under quota-on-cut, how long the quota holds reclaimed work to what is
 	// lent after the last cut for online work's sake (the fast path, the interference
@@ -174,6 +176,7 @@ const MechanismAuto = "auto"
 const (
 	ReclaimedOnPool   = "pool"
 	ReclaimedOnOnline = "online"
+	ReclaimedAuto     = "auto"
 )
 
 // MechanismQuotaOnCut is the cpu.mechanism that the agent resolves on every pass to the idle
@@ -420,7 +423,7 @@ func Default() Config {
 			// only from a cut lent 1.25-1.8x the always-on quota's offline work with online
 			// p99 within its run-to-run spread; idle alone did not hold p99.
 			Mechanism:     MechanismQuotaOnCut,
-			ReclaimedCPUs: ReclaimedOnPool,
+			ReclaimedCPUs: ReclaimedAuto,
 			AutoMechanism: AutoMechanism{
 				// The two that measured best: cores for the tail, quota-on-cut for what
 				// is lent (docs/benchmark.md#xeon480). cores first, as it is tried first.

@@ -204,7 +204,7 @@ var schema = []*entry{
 		leaf("mechanism", kindString, func(c *Config) *string { return &c.CPU.Mechanism },
 			"one of "+mechanismNames()+", "+MechanismAuto, oneOf(append(mechanismList(), MechanismAuto)...)),
 		leaf("reclaimedCPUs", kindString, func(c *Config) *string { return &c.CPU.ReclaimedCPUs },
-			"one of pool, online", oneOf(ReclaimedOnPool, ReclaimedOnOnline)),
+			"one of auto, pool, online", oneOf(ReclaimedAuto, ReclaimedOnPool, ReclaimedOnOnline)),
 		leaf("quotaAfterCut", kindDuration, func(c *Config) *time.Duration { return &c.CPU.QuotaAfterCut },
 			`a duration >= 0, such as "1s"`, atLeast[time.Duration](0)),
 		section("autoMechanism",

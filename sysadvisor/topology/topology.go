@@ -276,6 +276,18 @@ func (t *Topology) CoreSiblings(cpu int) cpuset.CPUSet {
 	return cpuset.New(ids...)
 }
 
+// SMT says whether some physical core has more than one online CPU (hardware threads).
+func (t *Topology) SMT() bool {
+	cores := map[int]bool{}
+	for _, c := range t.CPUs {
+		if cores[c.Core] {
+			return true
+		}
+		cores[c.Core] = true
+	}
+	return false
+}
+
 // TotalMemory returns the sum of MemTotal over all nodes, in bytes.
 func (t *Topology) TotalMemory() int64 {
 	var sum int64

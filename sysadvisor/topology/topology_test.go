@@ -109,6 +109,9 @@ func TestDiscoverTwoSocketHyperthreaded(t *testing.T) {
 		7: cpuset.New(3, 7),
 		8: cpuset.New(),
 	} {
+		if !topo.SMT() {
+			t.Error("SMT() false with two threads per core")
+		}
 		if got := topo.CoreSiblings(cpu); !got.Equals(want) {
 			t.Errorf("CoreSiblings(%d) = %s, want %s", cpu, got, want)
 		}
@@ -147,6 +150,9 @@ func TestDiscoverWithoutNUMA(t *testing.T) {
 	}
 	if got := topo.TotalMemory(); got != 4096*1024 {
 		t.Errorf("TotalMemory = %d, want %d", got, 4096*1024)
+	}
+	if topo.SMT() {
+		t.Error("SMT() true with one thread per core")
 	}
 	if got := topo.CoreSiblings(3); !got.Equals(cpuset.New(3)) {
 		t.Errorf("CoreSiblings(3) = %s, want 3 (no SMT)", got)

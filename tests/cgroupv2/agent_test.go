@@ -154,8 +154,9 @@ func (n *node) actions(kind, reason string) []string {
 // in no other cgroup's effective cpuset; `tidal status` says v2.
 func TestV2StandaloneTiers(t *testing.T) {
 	// The idle mechanism, whose files this test checks on v2 (the quota one's: the kubelet
-	// layouts test).
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\n  peakWindow: 2s\n  mechanism: idle\n")
+	// layouts test), on the reclaimed pool, whose cpuset it checks (auto would choose every
+	// online CPU on this VM's one thread per core).
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\n  peakWindow: 2s\n  mechanism: idle\n  reclaimedCPUs: pool\n")
 	n.start()
 	if s := n.status(); s.CgroupVer != "v2" || !s.CPUIdle {
 		t.Fatalf("agent status: cgroup %s, cpu.idle %v; want v2 and true", s.CgroupVer, s.CPUIdle)
@@ -356,7 +357,8 @@ func TestV2Eviction(t *testing.T) {
 // their tiers and dedicated cores, the online cpuset is not rewritten, lending restarts at its
 // minimum (cpu.max of 100m on the reclaimed tier), and cpu.idle is still on.
 func TestV2RestartAdoption(t *testing.T) {
-	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\nloops:\n  slowInterval: 1s\n  metricsStaleAfter: 4s\n")
+	// On the reclaimed pool, whose cpuset after the restart this test checks.
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 1000\n  reclaimedCPUs: pool\nloops:\n  slowInterval: 1s\n  metricsStaleAfter: 4s\n")
 	n.start()
 	n.run("--tier", "dedicated", "--cpus", "1", "--name", "db", "--", "sleep", "600")
 	n.run("--tier", "shared", "--name", "web", "--", "sleep", "600")
