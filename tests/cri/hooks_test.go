@@ -50,7 +50,8 @@ func startAgent(t *testing.T, root, extra string) *agent.Client {
 
 // startAgentWith is startAgent with /metrics on metricsAddr ("" for none); it also returns
 // the agent's log. Its mechanism is the quota, so that a reclaimed container shows what is
-// lent as its quota from creation on.
+// lent as its quota from creation on, and reclaimed work runs on the reclaimed pool, narrower
+// than every CPU, so that a runtime widening a container's cpuset shows.
 func startAgentWith(t *testing.T, root, extra, metricsAddr string) (*agent.Client, *syncBuffer) {
 	t.Helper()
 	dir := t.TempDir()
@@ -63,6 +64,7 @@ logLevel: debug
 cpu:
   growStepMilliCPU: 10
   mechanism: quota
+  reclaimedCPUs: pool
 %s
 `, root, filepath.Join(dir, "state"), filepath.Join(dir, "tidal.sock"), metricsAddr, extra)
 	path := filepath.Join(dir, "tidal.yaml")
