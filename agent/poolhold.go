@@ -41,9 +41,9 @@ func (h poolHold) sizing(now time.Time, lent, poolCPUs map[int]int64, hold time.
 }
 
 // reclaimedCPUs is where reclaimed work runs, cpu.reclaimedCPUs with auto resolved by the
-// node's topology: every online CPU where each core has one thread (measured: more lent at
-// a tail as good or better, docs/benchmark.md#placement), the pool where cores have SMT
-// siblings (unmeasured, and a sibling's harm is one no CPU priority takes back).
+// node's topology: every online CPU where each core has one thread (measured: more lent, at
+// a tail within the noise of the pool's, docs/benchmark.md#placement), the pool where cores
+// have SMT siblings (unmeasured, and a sibling's harm is one no CPU priority takes back).
 func (a *Agent) reclaimedCPUs() string {
 	switch {
 	case a.cfg.CPU.ReclaimedCPUs != config.ReclaimedAuto:
