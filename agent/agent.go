@@ -47,9 +47,11 @@ import (
 // the latest figures), and the writer's cache of cgroup values. reconciling serializes full
 // passes over the cgroup tree; the fast path never takes it.
 type Agent struct {
-	cfg     config.Config
-	log     *slog.Logger
-	topo    *topology.Topology
+	cfg  config.Config
+	log  *slog.Logger
+	topo *topology.Topology
+	// smt says whether the node's cores have more than one thread (cpu.reclaimedCPUs auto).
+	smt     bool
 	layout  *cgroupfs.Layout
 	writer  *isolation.Writer
 	policy  policy.Policy
@@ -223,6 +225,7 @@ func newAgentOn(cfg config.Config, log *slog.Logger, h host) (*Agent, error) {
 		cfg:       cfg,
 		log:       log,
 		topo:      topo,
+		smt:       topo.SMT(),
 		layout:    layout,
 		writer:    writer,
 		policy:    policy.Default().With(cpuResource(cfg)),

@@ -48,7 +48,7 @@ func (a *Agent) reclaimedCPUs() string {
 	switch {
 	case a.cfg.CPU.ReclaimedCPUs != config.ReclaimedAuto:
 		return a.cfg.CPU.ReclaimedCPUs
-	case a.topo.SMT():
+	case a.smt:
 		return config.ReclaimedOnPool
 	default:
 		return config.ReclaimedOnOnline
