@@ -47,11 +47,10 @@ import (
 // the latest figures), and the writer's cache of cgroup values. reconciling serializes full
 // passes over the cgroup tree; the fast path never takes it.
 type Agent struct {
-	cfg  config.Config
-	log  *slog.Logger
-	topo *topology.Topology
-	// smt says whether the node's cores have more than one thread (cpu.reclaimedCPUs auto).
-	smt     bool
+	cfg     config.Config
+	log     *slog.Logger
+	topo    *topology.Topology
+	smt     bool // the node's cores have more than one thread (cpu.reclaimedCPUs auto)
 	layout  *cgroupfs.Layout
 	writer  *isolation.Writer
 	policy  policy.Policy
