@@ -354,10 +354,10 @@ func (w *Writer) Attach(path string, pid int) error {
 // writer's lock only to forget: a process that has just exited keeps its cgroup busy until it
 // is reaped, and the tries meanwhile (removeBackoff) must not hold up the fast path's writes.
 func (w *Writer) Remove(path string) error {
-	w.forgetTree(path)
+	w.ForgetPath(path)
 	err := w.removeTree(path)
 	// A write meanwhile, from a plan older than the removal, may have made it again.
-	w.forgetTree(path)
+	w.ForgetPath(path)
 	if err != nil {
 		return fmt.Errorf("remove cgroup %s: %w", path, err)
 	}
@@ -390,22 +390,14 @@ func (w *Writer) removeTree(path string) error {
 	}
 }
 
-// forgetTree drops what is remembered of path and the cgroups below it.
-func (w *Writer) forgetTree(path string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.applied = nil
-	w.dropLocked(path)
-	w.backend.forgetPaths([]string{path}, false)
-}
-
-// ForgetPath drops what is remembered of a cgroup someone else removes (a pod's), without
-// touching it.
+// ForgetPath drops what is remembered of a cgroup and the cgroups below it, without touching
+// them: one someone else removes (a pod's), or one Remove is removing.
 func (w *Writer) ForgetPath(path string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.applied = nil
 	w.dropLocked(path)
+	w.backend.forgetPaths([]string{path}, false)
 }
 
 // Forget drops everything remembered, so the next Apply re-creates missing cgroups and
