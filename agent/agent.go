@@ -285,7 +285,12 @@ func (a *Agent) prepare() error {
 	if err := a.restore(); err != nil {
 		return err
 	}
-	a.advisor.Init(cpu.ComputePools(a.topo, cfg.CPU.ReservedSystemCPUs, a.store.Snapshot().Dedicated, nil).PoolMilliCPU())
+	snap := a.store.Snapshot()
+	a.advisor.Init(cpu.ComputePools(a.topo, cfg.CPU.ReservedSystemCPUs, snap.Dedicated, nil).PoolMilliCPU())
+	if _, held, err := a.reclaimedUsage(snap); err == nil {
+		// A restart lends reclaimed work what it holds: the minimum would evict it.
+		a.advisor.KeepMemory(a.memoryPolicy.LimitAbove(held.WorkingSet))
+	}
 	if err := a.reconcile(); err != nil {
 		// Start anyway: the slow loop retries, and lending stays at zero until writes work.
 		log.Error("initial cgroup settings failed; lending nothing until they succeed", "err", err)

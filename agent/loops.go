@@ -84,6 +84,9 @@ func (a *Agent) slowPass(ctx context.Context) {
 	// The memory lent while the sample was read: a shrink below comes into force with this
 	// pass's writes, and the kernel gets to reclaim before anyone is evicted for it.
 	lentMemory := a.writtenPlanLocked(start, snap).ReclaimedMemory
+	if err == nil {
+		a.advisor.KeepMemory(a.memoryPolicy.LimitAbove(s.reclaimedMemory))
+	}
 	switch {
 	case err != nil && start.Sub(a.sampler.lastOK) > a.cfg.Loops.MetricsStaleAfter:
 		a.log.Warn("node metrics unavailable", "err", err)

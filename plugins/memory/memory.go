@@ -54,6 +54,24 @@ func (r Resource) Throttle(limit int64) int64 {
 	return max(limit-max(margin, 0), limit/2) / pageSize * pageSize
 }
 
+// LimitAbove is the least limit whose throttle point is at or above held bytes: what reclaimed
+// work holding held may be held to without the kernel reclaiming or throttling what it holds.
+func (r Resource) LimitAbove(held int64) int64 {
+	if held <= 0 {
+		return 0
+	}
+	margin := r.ThrottleMarginBytes
+	if margin == 0 {
+		margin = DefaultThrottleMarginBytes
+	}
+	// Throttle is the larger of the limit less the margin and half the limit: either way up
+	// to held will do.
+	held = roundUpToPage(held)
+	return min(roundUpToPage(held+max(margin, 0)), 2*held)
+}
+
+func roundUpToPage(n int64) int64 { return (n + pageSize - 1) / pageSize * pageSize }
+
 func (r Resource) oomWait() plugins.Toggle {
 	if r.NoOOMWait {
 		return plugins.Off

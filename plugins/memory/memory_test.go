@@ -58,6 +58,28 @@ func TestThrottle(t *testing.T) {
 	}
 }
 
+func TestLimitAbove(t *testing.T) {
+	for _, c := range []struct {
+		margin, held, want int64
+	}{
+		{0, 5 << 30, 5<<30 + DefaultThrottleMarginBytes},
+		{0, 100 << 20, 200 << 20}, // half the limit is the throttle point there
+		{1 << 30, 4 << 30, 5 << 30},
+		{-1, 4 << 30, 4 << 30},                                      // no margin
+		{0, 4<<30 + 123, 4<<30 + 4096 + DefaultThrottleMarginBytes}, // a page boundary
+		{0, 0, 0},
+	} {
+		r := Resource{ThrottleMarginBytes: c.margin}
+		got := r.LimitAbove(c.held)
+		if got != c.want {
+			t.Errorf("margin %d: LimitAbove(%d) = %d, want %d", c.margin, c.held, got, c.want)
+		}
+		if c.held > 0 && r.Throttle(got) < c.held {
+			t.Errorf("margin %d: the throttle point of LimitAbove(%d) = %d is under it: %d", c.margin, c.held, got, r.Throttle(got))
+		}
+	}
+}
+
 func TestDecide(t *testing.T) {
 	n := plugins.Node{LentMemory: 8 << 30}
 	decide := func(w plugins.Workload) plugins.Decision {

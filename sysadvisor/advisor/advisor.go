@@ -178,7 +178,9 @@ type Advisor struct {
 	pool   map[int]int64
 	plan   Plan
 	memCap int64 // memory the node could lend (total less reserved)
-	primed bool  // a fresh sample has arrived since start or since the last Reset
+	// memKeep is the least memory limit that leaves reclaimed work what it holds (KeepMemory).
+	memKeep int64
+	primed  bool // a fresh sample has arrived since start or since the last Reset
 	ctl    map[int]*Controller
 	// lastCut is when lending was last cut for online work's sake on any NUMA node: by the
 	// fast path, the interference feedback or CPU pressure (not the slow loop following usage).
@@ -258,6 +260,20 @@ func (a *Advisor) Demand() map[int]int64 {
 // MemoryDemand is the predicted online memory demand (peak plus margin), in bytes.
 func (a *Advisor) MemoryDemand() int64 { return peakOf(a.mem) + a.cfg.SafetyMarginBytes }
 
+// KeepMemory tells the advisor the least memory limit that leaves reclaimed work what it holds
+// now. Memory is taken back only for online demand (Step): a start, stale metrics or failing
+// writes stop its growth but never shrink it under this, since memory cannot be taken from
+// running work without killing it (a v1 limit under what it holds is refused, a v2 one
+// OOM-kills, and the agent evicts reclaimed work that holds more than is lent). Before the
+// first fresh sample it raises the plan to it: an agent restarted beside a job holding
+// gigabytes lends it what it holds, and grows from there.
+func (a *Advisor) KeepMemory(bytes int64) {
+	a.memKeep = bytes
+	if !a.primed {
+		a.plan.ReclaimedMemory = max(a.plan.ReclaimedMemory, bytes)
+	}
+}
+
 // Primed says whether the plan rests on fresh metrics (false after New or Reset).
 func (a *Advisor) Primed() bool { return a.primed }
 
@@ -287,7 +303,8 @@ func (a *Advisor) minCPU(node int) int64 {
 }
 
 // Reset drops the plan to its minimum, as when metrics go stale: with no fresh view of
-// online demand, lending must be as small as it can be.
+// online demand, lending must be as small as it can be. Memory stops at what reclaimed work
+// holds (KeepMemory).
 func (a *Advisor) Reset(reason string) []Change {
 	var changes []Change
 	for node, cur := range a.plan.ReclaimedMilliCPU {
@@ -296,9 +313,13 @@ func (a *Advisor) Reset(reason string) []Change {
 			changes = append(changes, Change{"shrink", fmt.Sprintf("numa %d: %s: reclaimed CPU %dm -> %dm (minimum)", node, reason, cur, m)})
 		}
 	}
-	if cur := a.plan.ReclaimedMemory; cur > a.cfg.MinReclaimedBytes {
-		a.plan.ReclaimedMemory = a.cfg.MinReclaimedBytes
-		changes = append(changes, Change{"shrink", fmt.Sprintf("%s: reclaimed memory %s -> %s (minimum)", reason, bytes(cur), bytes(a.cfg.MinReclaimedBytes))})
+	if cur, keep := a.plan.ReclaimedMemory, max(a.cfg.MinReclaimedBytes, a.memKeep); cur > keep {
+		a.plan.ReclaimedMemory = keep
+		floor := "minimum"
+		if keep > a.cfg.MinReclaimedBytes {
+			floor = "what reclaimed work holds"
+		}
+		changes = append(changes, Change{"shrink", fmt.Sprintf("%s: reclaimed memory %s -> %s (%s)", reason, bytes(cur), bytes(keep), floor)})
 	}
 	a.primed = false
 	return changes

@@ -196,6 +196,46 @@ func TestResetFallsToMinimum(t *testing.T) {
 	}
 }
 
+func TestMemoryIsTakenBackOnlyForOnlineDemand(t *testing.T) {
+	a := New(testConfig())
+	t0 := time.Unix(0, 0)
+	// A restart beside reclaimed work holding 3GiB: the plan starts there, not at the minimum.
+	a.KeepMemory(3 << 30)
+	if got := a.Plan().ReclaimedMemory; got != 3<<30 {
+		t.Fatalf("before any sample the plan lends %d bytes, want what reclaimed work holds (3GiB)", got)
+	}
+	// Online work leaves 16 - 1 reserved - 4 - 0.5 margin = 10.5GiB: it grows a step from there.
+	a.Step(sample(t0, 0, 500))
+	if got := a.Plan().ReclaimedMemory; got != 4<<30 {
+		t.Fatalf("first pass lends %d bytes, want 4GiB (one step over what is held)", got)
+	}
+	a.KeepMemory(7 << 29) // holds 3.5GiB now
+	if got := a.Plan().ReclaimedMemory; got != 4<<30 {
+		t.Fatalf("KeepMemory moved a primed plan to %d bytes", got)
+	}
+	// No figures: growth stops where reclaimed work stands, nothing is taken from it.
+	changes := a.Reset("metrics stale")
+	if got := a.Plan().ReclaimedMemory; got != 7<<29 {
+		t.Fatalf("after a reset the plan lends %d bytes, want what reclaimed work holds (3.5GiB)", got)
+	}
+	if len(changes) != 2 || !strings.Contains(changes[1].Reason, "4.0GiB -> 3.5GiB (what reclaimed work holds)") {
+		t.Fatalf("reset changes = %+v", changes)
+	}
+	// Online demand does take it back, under what is held: eviction frees the rest.
+	s := sample(t0, 1, 500)
+	s.MemoryOnlineBytes = 14 << 30
+	a.Step(s)
+	if got := a.Plan().ReclaimedMemory; got != 512<<20 {
+		t.Fatalf("with online work needing the memory the plan lends %d bytes, want 512MiB", got)
+	}
+	// Reclaimed work holding nothing: a reset falls to the minimum as before.
+	a.KeepMemory(0)
+	a.Reset("metrics stale")
+	if got := a.Plan().ReclaimedMemory; got != 256<<20 {
+		t.Fatalf("after a reset with nothing held the plan lends %d bytes, want the 256MiB minimum", got)
+	}
+}
+
 func TestMemoryLendsWhatOnlineLeaves(t *testing.T) {
 	a := New(testConfig())
 	t0 := time.Unix(0, 0)

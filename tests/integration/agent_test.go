@@ -465,6 +465,60 @@ func TestRestartAfterKill9(t *testing.T) {
 	}
 }
 
+// An agent restarted beside reclaimed work that holds more memory than the minimum lends it
+// what it holds: lending starts at its minimum for CPU, which takes nothing a process holds,
+// but a memory limit under what the work holds is refused by v1 (and OOM-kills on v2), and the
+// work would be evicted as holding more than is lent. Before, an agent restarted beside a job
+// holding 1.5GiB on a node with 20GiB free evicted it within two passes.
+func TestRestartKeepsWhatReclaimedWorkHolds(t *testing.T) {
+	n := newNode(t, "memory:\n  growStepBytes: 512Mi\nloops:\n  slowInterval: 500ms\n")
+	n.start()
+	hog, _ := n.run("--tier", "reclaimed", "--name", "hog", "--", tidalBin, "workload", "memhog", "--target", "1Gi", "--rate", "512Mi")
+	n.waitWorkload("hog")
+	tier := n.root + "-reclaimed"
+	held := func() int64 {
+		m, err := n.layout.MemoryStat(tier)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.WorkingSet
+	}
+	n.eventually(20*time.Second, "the job holds 1GiB", func() error {
+		if h := held(); h < 1<<30 {
+			return fmt.Errorf("holds %dMiB", h>>20)
+		}
+		return nil
+	})
+	n.kill9()
+	n.start()
+	for range 8 { // four seconds: eight passes
+		s := n.status()
+		if s.CgroupError != "" {
+			t.Fatalf("cgroup writes failing after the restart: %s", s.CgroupError)
+		}
+		if h := held(); s.Memory == nil || s.Memory.LentBytes < h {
+			t.Fatalf("after the restart %+v is lent to reclaimed work holding %dMiB", s.Memory, h>>20)
+		}
+		if n.layout.Version == cgroupfs.V1 {
+			if limit, _ := strconv.ParseInt(n.file("memory", tier, "memory.limit_in_bytes"), 10, 64); limit < held() {
+				t.Fatalf("reclaimed tier's memory limit %dMiB, under the %dMiB it holds", limit>>20, held()>>20)
+			}
+		}
+		for _, a := range s.Actions {
+			if a.Kind == "evict" {
+				t.Fatalf("evicted after the restart: %s", a.Reason)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err := hog.Process.Signal(syscall.Signal(0)); err != nil || hog.ProcessState != nil {
+		t.Fatalf("the job did not survive the restart: %v", err)
+	}
+	if h := held(); h < 1<<30 {
+		t.Fatalf("the job holds %dMiB after the restart, want its 1GiB", h>>20)
+	}
+}
+
 // Without NVML (these machines have no GPU) the node lends no GPU, reclaimed work is told it
 // may see none, a request for GPUs is refused with the reason, and online work's environment
 // is left alone.

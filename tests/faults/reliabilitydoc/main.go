@@ -27,7 +27,7 @@ type row struct {
 
 var matrix = []row{
 	{"Agent SIGKILLed repeatedly under load (8 kills at random moments, beside admissions and releases: some land mid cgroup write pass and mid checkpoint write)",
-		"Workloads keep their cgroups and settings while no agent runs; reclaimed work keeps the lowest CPU priority; online cgroups' tasks and cpusets never move; after each restart lending starts at its minimum and the checkpoint is never torn (temp file, fsync, rename; checksum).",
+		"Workloads keep their cgroups and settings while no agent runs; reclaimed work keeps the lowest CPU priority; online cgroups' tasks and cpusets never move; after each restart CPU lending starts at its minimum (memory at what reclaimed work holds) and the checkpoint is never torn (temp file, fsync, rename; checksum).",
 		"tests/faults: real agent binary, real cgroups, a 1-thread burner (reclaimed) and an online process, checked between kills and after each restart",
 		"TestAgentSIGKILLedRepeatedlyUnderLoad", ""},
 	{"State folder full (64 KiB tmpfs filled) or read-only (read-only bind mount)",
