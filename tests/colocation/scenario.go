@@ -207,8 +207,14 @@ var scenarios = []scenario{
 		agentConfig: "cpu:\n  reclaimedCPUs: pool\n",
 		About:       "tidal with reclaimed work on the reclaimed pool, the ceil(lent) shared CPUs farthest from system ones (cpu.reclaimedCPUs pool, what the default auto chooses where cores have SMT siblings, and the default before 2026-12-07)"},
 	{Name: "tidal-shares-on-online", Online: true, Offline: true, Tidal: true, diagnostic: true,
-		agentConfig: "cpu:\n  mechanism: shares\n  reclaimedCPUs: online\n",
+		agentConfig: sharesOnOnline,
 		About:       "tidal-on-online under cpu.mechanism shares: reclaimed work at cpu.shares 2 on every online CPU, as besteffort places it, with nothing but eviction to take CPU back: what the agent costs where it places work as Kubernetes does"},
+	{Name: "tidal-shares-on-online-slow-meter", Online: true, Offline: true, Tidal: true, diagnostic: true,
+		agentConfig: sharesOnOnline + slowMeterAgent,
+		About:       "tidal-shares-on-online whose interference meter reads online work's threads every 10 s (500 ms by default): whether reading the online service's schedstat is what the agent placing it costs"},
+	{Name: "tidal-shares-on-online-slow-tick", Online: true, Offline: true, Tidal: true, diagnostic: true,
+		agentConfig: sharesOnOnline + "loops:\n" + slowTickLoops,
+		About:       "tidal-shares-on-online whose fast path reads the online tier's CPU time every 500 ms (10 ms by default): whether the tick over a tier holding the online service is what the agent placing it costs"},
 	{Name: "tidal-shares-no-wait", Online: true, Offline: true, Tidal: true, diagnostic: true,
 		agentConfig: "cpu:\n  mechanism: shares\n" + noWaitTarget,
 		About:       "tidal-shares without the shared tier's run-queue wait target: cpu.shares 2 on what online usage leaves, cut only by the fast path"},
@@ -219,6 +225,9 @@ var scenarios = []scenario{
 		agentConfig: "cpu:\n  poolShrinkAfter: 3s\n",
 		About:       "as tidal-pool-hold with a 3 s hold"},
 }
+
+// sharesOnOnline places reclaimed work as besteffort does: cpu.shares 2 on every online CPU.
+const sharesOnOnline = "cpu:\n  mechanism: shares\n  reclaimedCPUs: online\n"
 
 // noWaitTarget turns off the shared tier's run-queue wait target.
 const noWaitTarget = "interference:\n  shared:\n    runQueueWait: 0\n    runQueueWaitOverBaseline: 0\n"
