@@ -350,9 +350,15 @@ const minWrittenMemory = standalone.MinMemory
 
 // writtenPlanLocked is what the cgroups get: the plan capped by the lease, but never under
 // the minimum on any NUMA node, so the reclaimed pool always has a CPU and a limit that are
-// written (an empty pool or a zero limit would leave stale, wider settings in place).
+// written (an empty pool or a zero limit would leave stale, wider settings in place). Nor does
+// the lease take memory under what reclaimed work holds (as the plan has it): a lease not yet
+// granted after a restart, or expired with the arbiter away, would have it evicted at once as
+// holding more than is lent; a queue without a grant loses its work after the grace period
+// instead (enforceLease), and the rest stops growing.
 func (a *Agent) writtenPlanLocked(now time.Time, snap state.Snapshot) advisor.Plan {
+	planned := a.advisor.Plan()
 	plan := a.leaseCapLocked(a.advisor.Plan(), now)
+	plan.ReclaimedMemory = max(plan.ReclaimedMemory, min(planned.ReclaimedMemory, a.advisor.MemoryKept()))
 	for _, np := range cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, nil) {
 		floor := min(a.cfg.CPU.MinReclaimedMilliCPU, int64(np.Shared.Size())*1000)
 		plan.ReclaimedMilliCPU[np.Node] = max(plan.ReclaimedMilliCPU[np.Node], floor)

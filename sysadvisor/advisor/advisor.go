@@ -274,6 +274,9 @@ func (a *Advisor) KeepMemory(bytes int64) {
 	}
 }
 
+// MemoryKept is the last KeepMemory figure.
+func (a *Advisor) MemoryKept() int64 { return a.memKeep }
+
 // Primed says whether the plan rests on fresh metrics (false after New or Reset).
 func (a *Advisor) Primed() bool { return a.primed }
 

@@ -473,49 +473,74 @@ func TestRestartAfterKill9(t *testing.T) {
 func TestRestartKeepsWhatReclaimedWorkHolds(t *testing.T) {
 	n := newNode(t, "memory:\n  growStepBytes: 512Mi\nloops:\n  slowInterval: 500ms\n")
 	n.start()
-	hog, _ := n.run("--tier", "reclaimed", "--name", "hog", "--", tidalBin, "workload", "memhog", "--target", "1Gi", "--rate", "512Mi")
+	hog := n.startMemoryHog()
+	n.kill9()
+	n.start()
+	hog.keptFor(8)
+}
+
+// memoryHog is reclaimed work holding 1GiB.
+type memoryHog struct {
+	n   *node
+	cmd *exec.Cmd
+}
+
+// startMemoryHog runs a reclaimed job that allocates 1GiB and holds it, and waits until it does.
+func (n *node) startMemoryHog() memoryHog {
+	n.t.Helper()
+	cmd, _ := n.run("--tier", "reclaimed", "--name", "hog", "--", tidalBin, "workload", "memhog", "--target", "1Gi", "--rate", "512Mi")
 	n.waitWorkload("hog")
-	tier := n.root + "-reclaimed"
-	held := func() int64 {
-		m, err := n.layout.MemoryStat(tier)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m.WorkingSet
-	}
+	h := memoryHog{n: n, cmd: cmd}
 	n.eventually(20*time.Second, "the job holds 1GiB", func() error {
-		if h := held(); h < 1<<30 {
-			return fmt.Errorf("holds %dMiB", h>>20)
+		if held := h.held(); held < 1<<30 {
+			return fmt.Errorf("holds %dMiB", held>>20)
 		}
 		return nil
 	})
-	n.kill9()
-	n.start()
-	for range 8 { // four seconds: eight passes
+	return h
+}
+
+// held is what reclaimed work holds: the working set of tidal's reclaimed tier.
+func (h memoryHog) held() int64 {
+	h.n.t.Helper()
+	m, err := h.n.layout.MemoryStat(h.n.root + "-reclaimed")
+	if err != nil {
+		h.n.t.Fatal(err)
+	}
+	return m.WorkingSet
+}
+
+// keptFor checks, every 500 ms for passes times, that the agent writes its cgroups, lends the
+// job at least what it holds (v1: the tier's limit is not under it) and evicts nothing; then
+// that the job still runs and holds its 1GiB.
+func (h memoryHog) keptFor(passes int) {
+	n := h.n
+	n.t.Helper()
+	for range passes {
 		s := n.status()
 		if s.CgroupError != "" {
-			t.Fatalf("cgroup writes failing after the restart: %s", s.CgroupError)
+			n.t.Fatalf("cgroup writes failing: %s", s.CgroupError)
 		}
-		if h := held(); s.Memory == nil || s.Memory.LentBytes < h {
-			t.Fatalf("after the restart %+v is lent to reclaimed work holding %dMiB", s.Memory, h>>20)
+		if held := h.held(); s.Memory == nil || s.Memory.LentBytes < held {
+			n.t.Fatalf("%+v is lent to reclaimed work holding %dMiB", s.Memory, held>>20)
 		}
 		if n.layout.Version == cgroupfs.V1 {
-			if limit, _ := strconv.ParseInt(n.file("memory", tier, "memory.limit_in_bytes"), 10, 64); limit < held() {
-				t.Fatalf("reclaimed tier's memory limit %dMiB, under the %dMiB it holds", limit>>20, held()>>20)
+			if limit, _ := strconv.ParseInt(n.file("memory", n.root+"-reclaimed", "memory.limit_in_bytes"), 10, 64); limit < h.held() {
+				n.t.Fatalf("reclaimed tier's memory limit %dMiB, under the %dMiB it holds", limit>>20, h.held()>>20)
 			}
 		}
 		for _, a := range s.Actions {
 			if a.Kind == "evict" {
-				t.Fatalf("evicted after the restart: %s", a.Reason)
+				n.t.Fatalf("evicted: %s", a.Reason)
 			}
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if err := hog.Process.Signal(syscall.Signal(0)); err != nil || hog.ProcessState != nil {
-		t.Fatalf("the job did not survive the restart: %v", err)
+	if err := h.cmd.Process.Signal(syscall.Signal(0)); err != nil || h.cmd.ProcessState != nil {
+		n.t.Fatalf("the job did not survive: %v", err)
 	}
-	if h := held(); h < 1<<30 {
-		t.Fatalf("the job holds %dMiB after the restart, want its 1GiB", h>>20)
+	if held := h.held(); held < 1<<30 {
+		n.t.Fatalf("the job holds %dMiB, want its 1GiB", held>>20)
 	}
 }
 

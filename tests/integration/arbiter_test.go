@@ -122,6 +122,35 @@ func grantFor(n *node, queue string) (int64, bool) {
 	return 0, false
 }
 
+// With an arbiter the node lends only what its lease grants, and after a restart it holds no
+// lease until the arbiter answers its first report: a limit at that cap would be under what
+// the shared queue's work holds, which would be evicted at once as holding more than is lent.
+// Nor does an expired lease take it: that work stops growing, and only a queue's work is
+// evicted, after the grace period.
+func TestLeaseNeverTakesWhatReclaimedWorkHolds(t *testing.T) {
+	arb := startArbiter(t, "node-a")
+	n := newNode(t, arb.agentConfig("node-a")+"memory:\n  growStepBytes: 512Mi\nloops:\n  slowInterval: 500ms\n")
+	n.start()
+	n.eventually(20*time.Second, "an active lease", func() error {
+		if s := n.status(); s.Lease == nil || !s.Lease.Active {
+			return fmt.Errorf("lease %+v", s.Lease)
+		}
+		return nil
+	})
+	hog := n.startMemoryHog()
+	n.kill9()
+	n.start()
+	hog.keptFor(6)
+	arb.stop()
+	n.eventually(15*time.Second, "the lease expired", func() error {
+		if s := n.status(); s.Lease == nil || s.Lease.Active {
+			return fmt.Errorf("lease %+v", s.Lease)
+		}
+		return nil
+	})
+	hog.keptFor(6)
+}
+
 // Two real agents report to a real arbiter over loopback; each lends only what its lease
 // grants; when the rule's window ends the queue's work is evicted while work of the shared
 // queue stays; when the arbiter goes away the lease expires and the node lends nothing.
