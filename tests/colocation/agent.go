@@ -64,6 +64,24 @@ func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self, scenario
 	}
 }
 
+// waitPrimed waits until the agent lends by a fresh sample of the node. Before it, lent memory
+// is at its floor: offline work that allocates faster than lending then grows waits at that
+// limit (memory.oomWait), where the kernel's own charges fail, a write to its output pipe
+// among them, and the benchmark's antagonist exited of that in runs whose mechanism sets no
+// quota at the start (nothing slowed its allocation).
+func (a *agentProc) waitPrimed(ctx context.Context) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, err := a.client.Status()
+		if err == nil && s.MetricsOK {
+			return nil
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, 50*time.Millisecond) {
+			return fmt.Errorf("the agent had no fresh metrics 10s after its start (err %v); last lines of its log:\n%s", err, a.proc.logTail(10))
+		}
+	}
+}
+
 // tidalRun is the command line that starts argv through the agent, in a tier, with more
 // `tidal run` flags (an SLO probe).
 func (a *agentProc) tidalRun(bin, tier, name string, flags, argv []string) []string {

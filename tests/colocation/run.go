@@ -136,6 +136,11 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 			}
 		}
 	}
+	if r.agent != nil {
+		if err := r.agent.waitPrimed(ctx); err != nil {
+			return w, err
+		}
+	}
 	if r.sc.stoppedAgent && r.agent != nil {
 		if err := syscall.Kill(r.agent.pid(), syscall.SIGSTOP); err != nil {
 			return w, fmt.Errorf("stop the agent: %w", err)
