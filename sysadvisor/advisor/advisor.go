@@ -181,7 +181,7 @@ type Advisor struct {
 	// memKeep is the least memory limit that leaves reclaimed work what it holds (KeepMemory).
 	memKeep int64
 	primed  bool // a fresh sample has arrived since start or since the last Reset
-	ctl    map[int]*Controller
+	ctl     map[int]*Controller
 	// lastCut is when lending was last cut for online work's sake on any NUMA node: by the
 	// fast path, the interference feedback or CPU pressure (not the slow loop following usage).
 	lastCut time.Time
