@@ -356,9 +356,10 @@ const minWrittenMemory = standalone.MinMemory
 // holding more than is lent; a queue without a grant loses its work after the grace period
 // instead (enforceLease), and the rest stops growing.
 func (a *Agent) writtenPlanLocked(now time.Time, snap state.Snapshot) advisor.Plan {
-	planned := a.advisor.Plan()
-	plan := a.leaseCapLocked(a.advisor.Plan(), now)
-	plan.ReclaimedMemory = max(plan.ReclaimedMemory, min(planned.ReclaimedMemory, a.advisor.MemoryKept()))
+	plan := a.advisor.Plan()
+	kept := min(plan.ReclaimedMemory, a.advisor.MemoryKept())
+	plan = a.leaseCapLocked(plan, now)
+	plan.ReclaimedMemory = max(plan.ReclaimedMemory, kept)
 	for _, np := range cpu.ComputePools(a.topo, a.cfg.CPU.ReservedSystemCPUs, snap.Dedicated, nil) {
 		floor := min(a.cfg.CPU.MinReclaimedMilliCPU, int64(np.Shared.Size())*1000)
 		plan.ReclaimedMilliCPU[np.Node] = max(plan.ReclaimedMilliCPU[np.Node], floor)
