@@ -265,11 +265,12 @@ func (a *Advisor) MemoryDemand() int64 { return peakOf(a.mem) + a.cfg.SafetyMarg
 // writes stop its growth but never shrink it under this, since memory cannot be taken from
 // running work without killing it (a v1 limit under what it holds is refused, a v2 one
 // OOM-kills, and the agent evicts reclaimed work that holds more than is lent). Before the
-// first fresh sample it raises the plan to it: an agent restarted beside a job holding
-// gigabytes lends it what it holds, and grows from there.
+// first fresh sample since the start it raises the plan to it: an agent restarted beside a
+// job holding gigabytes lends it what it holds, and grows from there. Later it never raises
+// the plan: a shrink for online demand stands until the eviction it calls for.
 func (a *Advisor) KeepMemory(bytes int64) {
 	a.memKeep = bytes
-	if !a.primed {
+	if len(a.mem) == 0 { // no sample stepped yet
 		a.plan.ReclaimedMemory = max(a.plan.ReclaimedMemory, bytes)
 	}
 }

@@ -228,6 +228,13 @@ func TestMemoryIsTakenBackOnlyForOnlineDemand(t *testing.T) {
 	if got := a.Plan().ReclaimedMemory; got != 512<<20 {
 		t.Fatalf("with online work needing the memory the plan lends %d bytes, want 512MiB", got)
 	}
+	// A reset after that shrink keeps it, and what reclaimed work holds does not raise it
+	// again (only a start does): the shrink stands until eviction frees the memory.
+	a.Reset("cgroup writes failing")
+	a.KeepMemory(4 << 30)
+	if got := a.Plan().ReclaimedMemory; got != 512<<20 {
+		t.Fatalf("after a shrink for online demand and a reset the plan lends %d bytes, want the 512MiB online work leaves", got)
+	}
 	// Reclaimed work holding nothing: a reset falls to the minimum as before.
 	a.KeepMemory(0)
 	a.Reset("metrics stale")
