@@ -51,15 +51,24 @@ func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self, scenario
 		return nil, err
 	}
 	a := &agentProc{proc: p, socket: socket, client: agent.NewClient(socket)}
+	if err := a.waitStatus(ctx, "answered on "+socket, func(reporter.Status) bool { return true }); err != nil {
+		p.stop(time.Second)
+		return nil, err
+	}
+	return a, nil
+}
+
+// waitStatus polls the agent's status for up to 10 s until ok says yes; the error says what it
+// did not do, with the last lines of its log.
+func (a *agentProc) waitStatus(ctx context.Context, what string, ok func(reporter.Status) bool) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := a.client.Status()
-		if err == nil {
-			return a, nil
+		s, err := a.client.Status()
+		if err == nil && ok(s) {
+			return nil
 		}
-		if !p.running() || time.Now().After(deadline) || !sleepCtx(ctx, 50*time.Millisecond) {
-			p.stop(time.Second)
-			return nil, fmt.Errorf("agent did not answer on %s: %v; last lines of its log:\n%s", socket, err, p.logTail(10))
+		if !a.proc.running() || time.Now().After(deadline) || !sleepCtx(ctx, 50*time.Millisecond) {
+			return fmt.Errorf("the agent never %s within 10s (last error %v); last lines of its log:\n%s", what, err, a.proc.logTail(10))
 		}
 	}
 }
@@ -70,16 +79,7 @@ func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self, scenario
 // among them, and the benchmark's antagonist exited of that in runs whose mechanism sets no
 // quota at the start (nothing slowed its allocation).
 func (a *agentProc) waitPrimed(ctx context.Context) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s, err := a.client.Status()
-		if err == nil && s.MetricsOK {
-			return nil
-		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 50*time.Millisecond) {
-			return fmt.Errorf("the agent had no fresh metrics 10s after its start (err %v); last lines of its log:\n%s", err, a.proc.logTail(10))
-		}
-	}
+	return a.waitStatus(ctx, "had fresh metrics", func(s reporter.Status) bool { return s.MetricsOK })
 }
 
 // tidalRun is the command line that starts argv through the agent, in a tier, with more
