@@ -407,6 +407,64 @@ func TestV2RestartAdoption(t *testing.T) {
 	}
 }
 
+// An agent restarted (kill -9) beside reclaimed work holding more than its minimum lends that
+// work what it holds: memory.max and memory.high of the reclaimed tier stay at or above its
+// working set (under it, v2 reclaims and, with no swap, OOM-kills), nothing is evicted, and the
+// job keeps running with its memory. The VM has 2 GiB, so the reservations are made small
+// enough to lend the job its 600 MiB.
+func TestV2RestartKeepsWhatReclaimedWorkHolds(t *testing.T) {
+	n := newNode(t, "memory:\n  reservedSystemBytes: 256Mi\n  safetyMarginBytes: 128Mi\n  minReclaimedBytes: 64Mi\n  growStepBytes: 512Mi\nloops:\n  slowInterval: 500ms\n")
+	n.start()
+	const want = 600 << 20
+	job, _ := n.run("--tier", "reclaimed", "--name", "hog", "--", tidalBin(t), "workload", "memhog", "--target", "600Mi", "--rate", "256Mi")
+	n.waitWorkload("hog")
+	held := func() int64 {
+		m, err := n.layout.MemoryStat(n.root + "-reclaimed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.WorkingSet
+	}
+	n.eventually(60*time.Second, "the job holds 600MiB", func() error {
+		if h := held(); h < want {
+			return fmt.Errorf("holds %dMiB", h>>20)
+		}
+		return nil
+	})
+	n.kill9()
+	n.start()
+	for range 8 {
+		s := n.status()
+		if s.CgroupError != "" {
+			t.Fatalf("cgroup writes failing: %s", s.CgroupError)
+		}
+		h := held()
+		if s.Memory == nil || s.Memory.LentBytes < h {
+			t.Fatalf("%+v is lent to reclaimed work holding %dMiB", s.Memory, h>>20)
+		}
+		for _, file := range []string{"memory.max", "memory.high"} {
+			if v, _ := strconv.ParseInt(n.file(n.root+"-reclaimed", file), 10, 64); v < h {
+				t.Fatalf("reclaimed tier's %s %dMiB, under the %dMiB it holds", file, v>>20, h>>20)
+			}
+		}
+		for _, a := range s.Actions {
+			if a.Kind == "evict" {
+				t.Fatalf("evicted: %s", a.Reason)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err := job.Process.Signal(syscall.Signal(0)); err != nil || job.ProcessState != nil {
+		t.Fatalf("the job did not survive: %v", err)
+	}
+	if h := held(); h < want {
+		t.Fatalf("the job holds %dMiB, want its 600MiB", h>>20)
+	}
+	if ev := n.file(n.root+"-reclaimed", "memory.events"); !strings.Contains(ev, "oom_kill 0") {
+		t.Errorf("the reclaimed tier saw an OOM kill: %q", ev)
+	}
+}
+
 // A v2 host whose root does not enable a controller tidal needs (here cpuset; the host's init
 // system owns the root and tidal never writes it): the agent fails safe. It lends only its
 // minimum, refuses workloads with the reason, and status shows the cgroup error naming the
