@@ -220,7 +220,7 @@ func (a *Agent) nodeStatus(snap state.Snapshot, forWorkloads bool) (s reporter.S
 		})
 	}
 	if forWorkloads {
-		node, satisfaction = a.nodeLocked(plan), maps.Clone(a.satisfaction)
+		node, satisfaction = a.nodeLocked(plan, snap), maps.Clone(a.satisfaction)
 	}
 	return s, node, satisfaction
 }

@@ -331,18 +331,3 @@ func (a *Agent) ioViewOf(lent []ioadvisor.Lent, f ioFigures, pressure float64) r
 	}
 	return v
 }
-
-// reclaimedWorkloads counts the reclaimed workloads that share the IO lent (only needed
-// while IO is lent).
-func (a *Agent) reclaimedWorkloads() int {
-	if a.ioLent == nil {
-		return 0
-	}
-	n := 0
-	for _, r := range a.store.Snapshot().Workloads {
-		if r.Tier == qos.Reclaimed {
-			n++
-		}
-	}
-	return n
-}

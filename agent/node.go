@@ -285,7 +285,7 @@ func (a *Agent) currentPlan(snap state.Snapshot) (advisor.Plan, plugins.Node, ui
 	old := a.pools
 	a.pools = a.computePoolsLocked(now, snap, plan.ReclaimedMilliCPU)
 	a.spikeLimitsChangedLocked()
-	node := a.nodeLocked(plan)
+	node := a.nodeLocked(plan, snap)
 	generation := a.planGeneration
 	a.mu.Unlock()
 	if !samePoolCPUs(old, node.Pools) {
@@ -322,7 +322,7 @@ func (a *Agent) desired(snap state.Snapshot, node plugins.Node, plan advisor.Pla
 func (a *Agent) decide(w plugins.Workload) plugins.Decision {
 	snap := a.store.Snapshot()
 	a.mu.Lock()
-	node := a.nodeLocked(a.writtenPlanLocked(time.Now(), snap))
+	node := a.nodeLocked(a.writtenPlanLocked(time.Now(), snap), snap)
 	a.mu.Unlock()
 	return a.decideOn(w, node)
 }
@@ -337,11 +337,26 @@ func (a *Agent) decideOn(w plugins.Workload, node plugins.Node) plugins.Decision
 // gpus is the GPU tracker the allocator lends from.
 func (a *Agent) gpus() *pgpu.Tracker { return a.store.Allocator().GPUs() }
 
-// nodeLocked is what the decision function needs to know of the node under plan.
-func (a *Agent) nodeLocked(plan advisor.Plan) plugins.Node {
-	return plugins.Node{CPUs: a.topo.AllCPUs(), Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
+// nodeLocked is what the decision function needs to know of the node under plan, with the
+// workloads of snap.
+func (a *Agent) nodeLocked(plan advisor.Plan, snap state.Snapshot) plugins.Node {
+	n := plugins.Node{CPUs: a.topo.AllCPUs(), Pools: a.pools, LentMilliCPU: plan.TotalMilliCPU(), LentMemory: plan.ReclaimedMemory, Idle: a.idle,
 		ReclaimedCPU: a.mechanism(), GPUMinors: a.gpus().Minors(), LentIO: a.ioLent, IOClear: a.ioClear, IOWeightWorks: a.ioWeight,
-		IOFlat: a.layout.Version == cgroupfs.V1, ReclaimedWorkloads: a.reclaimedWorkloads()}
+		IOFlat: a.layout.Version == cgroupfs.V1}
+	podCaps := map[string]int64{}
+	for _, r := range snap.Workloads {
+		if r.Tier != qos.Reclaimed {
+			continue
+		}
+		if a.ioLent != nil { // only IO lent is shared out by count
+			n.ReclaimedWorkloads++
+		}
+		if r.Owner.Foreign() {
+			podCaps[r.Name] = r.Workload.MilliCPU // its own cap (the record's MilliCPU is its use)
+		}
+	}
+	n.ReclaimedPodParts = cpu.PodShares(n.LentMilliCPU, podCaps)
+	return n
 }
 
 // minWrittenMemory is the least memory limit the reclaimed tier gets: 0 would mean "leave

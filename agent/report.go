@@ -35,7 +35,7 @@ func (a *Agent) publish(snap state.Snapshot) {
 		byTier[string(r.Tier)]++
 	}
 	a.metrics.SetWorkloads(byTier)
-	node := a.nodeLocked(plan)
+	node := a.nodeLocked(plan, snap)
 	burst := map[string]int{}
 	for _, t := range qos.AllTiers() {
 		burst[string(t)] = 0

@@ -42,6 +42,10 @@ type Node struct {
 	IOFlat bool
 	// ReclaimedWorkloads is how many reclaimed workloads share what is lent.
 	ReclaimedWorkloads int
+	// ReclaimedPodParts are the reclaimed pods' parts of LentMilliCPU by workload name
+	// (cpu.PodShares): pods sit outside tidal's reclaimed tier, so while a quota holds
+	// reclaimed work each is held to its part.
+	ReclaimedPodParts map[string]int64
 }
 
 // CPUMechanism is how the reclaimed tier is held to the CPU it is lent. Every mechanism

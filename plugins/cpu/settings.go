@@ -142,14 +142,17 @@ func (r Resource) Decide(w plugins.Workload, n plugins.Node, d *plugins.Decision
 	}
 }
 
-// reclaimedQuota is a reclaimed workload's CFS quota. With the quota mechanism, inside tidal's
+// reclaimedQuota is a reclaimed workload's CFS quota. Where a quota holds, inside tidal's
 // reclaimed tier the tier's cgroup caps what all of them use together (one write per change
-// of lending); a pod sits outside it, so what is lent caps it itself. A workload's own cap
-// applies under every mechanism and may only be smaller than what is lent (v1 refuses a child
-// quota above its parent's).
+// of lending); pods sit outside it, so each is held to its part of what is lent. A workload's
+// own cap applies under every mechanism and may only be smaller than what is lent (v1 refuses
+// a child quota above its parent's).
 func reclaimedQuota(w plugins.Workload, n plugins.Node) int64 {
 	lent := plugins.Unlimited
-	if quotaHolds(n) {
+	switch {
+	case quotaHolds(n) && w.Owner.Foreign():
+		lent = podPart(n, w.Name)
+	case quotaHolds(n):
 		lent = n.LentMilliCPU
 	}
 	switch {

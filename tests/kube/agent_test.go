@@ -72,6 +72,54 @@ func quotaMilli(t testing.TB, n *kubeNode, cg string) int64 {
 	return q * 1000 / p
 }
 
+// Reclaimed pods sit in the kubelet's cgroups, outside the tier whose one quota holds tidal's
+// own reclaimed work: under the quota mechanism their quotas add up to what the node lends,
+// not that times the number of pods, a pod with a smaller request keeps it, and the others
+// share the rest evenly. Before, each pod could use all that was lent.
+func TestReclaimedPodsShareWhatIsLent(t *testing.T) {
+	c := newCluster(t)
+	n := newKubeNode(t, c, "node-a", "cgroupfs", "cpu:\n  mechanism: quota\n")
+	n.start()
+	var pods []*runningPod
+	for _, name := range []string{"batch-1", "batch-2", "batch-3"} {
+		pods = append(pods, n.runPod(newPod(name, map[string]string{"tidalqos.io/qos-level": "reclaimed"}, nil), "workload", "burner", "--threads", "1"))
+	}
+	small := n.runPod(newPod("small", nil, corev1.ResourceList{reclaimedMilliCPU: resource.MustParse("50")}), "workload", "burner", "--threads", "1")
+	lent := func() int64 {
+		var sum int64
+		for _, p := range n.status().Pools {
+			sum += p.LentMilliCPU
+		}
+		return sum
+	}
+	eventually(t, 30*time.Second, "the pods' quotas add up to what is lent", func() error {
+		before := lent()
+		quotas := map[string]int64{}
+		var sum int64
+		for _, p := range append(pods, small) {
+			quotas[p.pod.Name] = quotaMilli(t, n, p.cgroup)
+			sum += quotas[p.pod.Name]
+		}
+		if after := lent(); after != before || before < 200 {
+			return fmt.Errorf("lending %dm then %dm", before, after)
+		}
+		// A millicore a pod for the rounding of quotas into µs.
+		if sum < before-4 || sum > before {
+			return fmt.Errorf("quotas %v add up to %dm with %dm lent", quotas, sum, before)
+		}
+		if quotas["small"] != 50 {
+			return fmt.Errorf("quotas %v: small asked for 50m", quotas)
+		}
+		even := (before - 50) / 3
+		for _, p := range pods {
+			if q := quotas[p.pod.Name]; q < even-1 || q > even+1 {
+				return fmt.Errorf("quotas %v: want about %dm each for the three without a request", quotas, even)
+			}
+		}
+		return nil
+	})
+}
+
 // Two agents, each with its own node name and kubelet layout (cgroupfs and systemd), see only
 // their own pods, confine them in their kubelet cgroups, report on their own Node only, and
 // apply the tier policy from its ConfigMap with Events for what they refuse.
