@@ -253,8 +253,8 @@ func testCoreOnAFakeHost(t *testing.T, mechanism plugins.CPUMechanism) {
 		a.slowPass(ctx)
 	}
 	after, _ := a.store.Snapshot().Get("batch")
-	if !before.Sampled() || after.MilliCPU <= 0 {
-		t.Errorf("batch's CPU: sampled %v, %dm after 2s of CPU; want a rate above 0", before.Sampled(), after.MilliCPU)
+	if !before.Sampled() || after.UsedMilliCPU <= 0 {
+		t.Errorf("batch's CPU: sampled %v, %dm after 2s of CPU; want a rate above 0", before.Sampled(), after.UsedMilliCPU)
 	}
 	// Online uses 300m of the 3000m shared pool: lent 3000 - (300 x 1.1 + 250) = 2420m.
 	// (The pass's elapsed time is a second and a few ms: allow for it.)

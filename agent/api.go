@@ -232,7 +232,7 @@ func workloadStatus(r state.Record) reporter.Workload {
 	}
 	return reporter.Workload{
 		Name: r.Name, Tier: string(r.Tier), Cgroup: r.Cgroup, PIDs: append([]int{}, r.PIDs...),
-		CPUs: r.DedicatedCPUs.String(), ReclaimPriority: r.ReclaimPriority, MilliCPU: r.MilliCPU,
+		CPUs: r.DedicatedCPUs.String(), ReclaimPriority: r.ReclaimPriority, MilliCPU: r.UsedMilliCPU,
 		MemoryBytes: r.MemoryUsage, Started: r.Started, State: st,
 		GPUs: r.GPUs, Env: gpuEnv(r.Workload), Queue: r.Queue,
 	}

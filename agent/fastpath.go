@@ -221,7 +221,7 @@ func (a *Agent) writeReclaimedLimits() {
 func busiestFirst(cgroups []plugins.Cgroup, snap state.Snapshot) {
 	use := make(map[string]int64, len(snap.Workloads))
 	for _, r := range snap.Workloads {
-		use[r.Cgroup] = r.MilliCPU
+		use[r.Cgroup] = r.UsedMilliCPU
 	}
 	busy := func(p string) int64 {
 		for ; p != "." && p != "/" && p != ""; p = path.Dir(p) {

@@ -15,7 +15,7 @@ import (
 // go with it, cgroups of no workload (the tiers) keep their place, and ties keep their order.
 func TestBusiestFirst(t *testing.T) {
 	rec := func(cgroup string, milli int64) state.Record {
-		r := state.Record{MilliCPU: milli}
+		r := state.Record{UsedMilliCPU: milli}
 		r.Cgroup = cgroup
 		return r
 	}

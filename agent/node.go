@@ -352,7 +352,7 @@ func (a *Agent) nodeLocked(plan advisor.Plan, snap state.Snapshot) plugins.Node 
 			n.ReclaimedWorkloads++
 		}
 		if r.Owner.Foreign() {
-			podCaps[r.Name] = r.Workload.MilliCPU // its own cap (the record's MilliCPU is its use)
+			podCaps[r.Name] = r.MilliCPU
 		}
 	}
 	n.ReclaimedPodParts = cpu.PodShares(n.LentMilliCPU, podCaps)

@@ -65,7 +65,7 @@ func (a *Agent) sampleStarvation(now time.Time, snap state.Snapshot) []eviction.
 	for _, got := range a.starvationMeter.Read(groups, 0) {
 		r := byName[got.Name]
 		// What it asked for: its own cap (tidal run --cpus, a pod's reclaimed-millicpu).
-		sample := eviction.CPUSample{Workload: r.Workload, AskedMilli: r.Workload.MilliCPU, Unknown: true}
+		sample := eviction.CPUSample{Workload: r.Workload, AskedMilli: r.MilliCPU, Unknown: true}
 		if got.Err == nil && !got.First && elapsed > 0 {
 			sample.GotMilli = state.Milli(got.Run, elapsed)
 			sample.ReadyMilli = state.Milli(got.Run+got.Wait, elapsed)

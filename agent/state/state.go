@@ -30,10 +30,10 @@ type Record struct {
 	// cgroup v1 needs on every level (a narrowed cpuset).
 	Children []string
 
-	PIDs     []int
-	MilliCPU int64 // CPU rate over the last sample
-	cpuPrev  time.Duration
-	cpuAt    time.Time
+	PIDs         []int
+	UsedMilliCPU int64 // CPU rate over the last sample (its own cap is Workload.MilliCPU)
+	cpuPrev      time.Duration
+	cpuAt        time.Time
 
 	Evicting bool
 	// RefusedUntil: the last eviction was refused (a PodDisruptionBudget); the next victim
@@ -174,7 +174,7 @@ func (s *Store) putLocked(spec Spec, old *Record) (Record, error) {
 		r.DedicatedCPUs = cpuset.New()
 	}
 	if old != nil {
-		r.PIDs, r.MilliCPU, r.cpuPrev, r.cpuAt = old.PIDs, old.MilliCPU, old.cpuPrev, old.cpuAt
+		r.PIDs, r.UsedMilliCPU, r.cpuPrev, r.cpuAt = old.PIDs, old.UsedMilliCPU, old.cpuPrev, old.cpuAt
 		r.MemoryUsage, r.RefusedUntil = old.MemoryUsage, old.RefusedUntil
 		r.Evicting = r.Evicting || old.Evicting
 		if r.Children == nil {
@@ -295,10 +295,10 @@ func (s *Store) Observe(name string, now time.Time, u Usage) {
 	if u.HaveCPU {
 		switch {
 		case !r.cpuAt.IsZero():
-			r.MilliCPU = Milli(u.CPU-r.cpuPrev, now.Sub(r.cpuAt))
+			r.UsedMilliCPU = Milli(u.CPU-r.cpuPrev, now.Sub(r.cpuAt))
 		case !r.Started.IsZero() && now.After(r.Started):
 			// The first sample: the average since it started, rather than nothing.
-			r.MilliCPU = Milli(u.CPU, now.Sub(r.Started))
+			r.UsedMilliCPU = Milli(u.CPU, now.Sub(r.Started))
 		}
 		r.cpuPrev, r.cpuAt = u.CPU, now
 	}
