@@ -16,9 +16,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/cpuset"
 
 	"github.com/tidalqos/tidal/plugins"
@@ -70,6 +73,57 @@ func quotaMilli(t testing.TB, n *kubeNode, cg string) int64 {
 	}
 	p, _ := strconv.ParseInt(n.file("cpu", cg, "cpu.cfs_period_us"), 10, 64)
 	return q * 1000 / p
+}
+
+// Each agent may change only its own Node (deploy/agent-node-policy.yaml): the tidal-agent
+// ServiceAccount's RBAC lets it patch every Node, and the admission policy refuses a patch of
+// any Node (or its status) but the one its token is bound to, and every patch from a token
+// bound to none. Nobody else's requests are touched.
+func TestAgentTokenChangesOnlyItsOwnNode(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	nodes := map[string]*corev1.Node{}
+	for _, name := range []string{"node-a", "node-b"} {
+		n, err := c.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[name] = n
+	}
+	own := c.ClientsetFor(c.agentToken(t, nodes["node-a"]))
+	unbound := c.ClientsetFor(c.ServiceAccountToken(t, "tidal-system", "tidal-agent"))
+	patch := func(cs kubernetes.Interface, node string, status bool) error {
+		if status {
+			_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
+				[]byte(`{"status":{"capacity":{"tidalqos.io/reclaimed-millicpu":"1000"}}}`), metav1.PatchOptions{}, "status")
+			return err
+		}
+		_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"tidalqos.io/topology":"{}"}}}`), metav1.PatchOptions{})
+		return err
+	}
+	refused := func(err error, want string) error {
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may change only the Node it runs on") || !strings.Contains(err.Error(), want) {
+			return fmt.Errorf("got %v, want refused naming %q", err, want)
+		}
+		return nil
+	}
+	// The API server enforces a policy once it has loaded it, a moment after it is created.
+	eventually(t, 20*time.Second, "the policy in force", func() error { return refused(patch(own, "node-b", false), "bound to node-a") })
+	for _, status := range []bool{false, true} {
+		if err := patch(own, "node-a", status); err != nil {
+			t.Errorf("node-a's agent patching node-a (status %v): %v", status, err)
+		}
+		if err := refused(patch(own, "node-b", status), "bound to node-a"); err != nil {
+			t.Errorf("node-a's agent patching node-b (status %v): %v", status, err)
+		}
+		if err := refused(patch(unbound, "node-a", status), "names no node"); err != nil {
+			t.Errorf("a token bound to no node patching node-a (status %v): %v", status, err)
+		}
+		if err := patch(c.admin, "node-b", status); err != nil {
+			t.Errorf("the admin patching node-b (status %v): %v", status, err)
+		}
+	}
 }
 
 // Reclaimed pods sit in the kubelet's cgroups, outside the tier whose one quota holds tidal's

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,8 +38,6 @@ func TestMain(m *testing.M) { testutil.RunSuite(m, &tidalBin) }
 type cluster struct {
 	*kubetest.Cluster
 	admin kubernetes.Interface
-	// token is the tidal-agent ServiceAccount's.
-	token string
 }
 
 func deployDir(t testing.TB) string {
@@ -66,8 +65,25 @@ func newCluster(t *testing.T) *cluster {
 	if out, err := c.Kubectl(t, "apply", "-k", deployDir(t)); err != nil {
 		t.Fatalf("kubectl apply -k deploy/: %v\n%s", err, out)
 	}
-	c.token = c.ServiceAccountToken(t, "tidal-system", "tidal-agent")
 	return c
+}
+
+// agentToken is a tidal-agent ServiceAccount token bound to Node node, which names it in the
+// authentication.kubernetes.io/node-name extra, as the agent pod's projected token on that
+// node does (deploy/agent-node-policy.yaml lets it change that Node only). A token bound to
+// the Node stands in for one bound to a pod there: there is no kubelet to run the pod, and
+// an agent pod would be one more workload on the node.
+func (c *cluster) agentToken(t testing.TB, node *corev1.Node) string {
+	t.Helper()
+	ttl := int64(3600)
+	tr, err := c.admin.CoreV1().ServiceAccounts("tidal-system").CreateToken(context.Background(), "tidal-agent", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl,
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a tidal-agent token bound to node %s: %v", node.Name, err)
+	}
+	return tr.Status.Token
 }
 
 func (c *cluster) setPolicy(t testing.TB, policy string) {
@@ -136,7 +152,8 @@ func newKubeNode(t *testing.T, c *cluster, name, driver, extra string) *kubeNode
 	dir := t.TempDir()
 	n := &kubeNode{t: t, c: c, name: name, layout: layout, root: root, driver: driver, dir: dir, writer: w,
 		config: filepath.Join(dir, "tidal.yaml"), client: agent.NewClient(filepath.Join(dir, "tidal.sock"))}
-	if _, err := c.admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	node, err := c.admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// The kubelet's QoS cgroups exist before any pod.
@@ -146,7 +163,7 @@ func newKubeNode(t *testing.T, c *cluster, name, driver, extra string) *kubeNode
 		}
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := c.WriteKubeconfig(kubeconfig, c.token); err != nil {
+	if err := c.WriteKubeconfig(kubeconfig, c.agentToken(t, node)); err != nil {
 		t.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`mode: kubernetes

@@ -178,6 +178,11 @@ func (c *Cluster) Clientset() kubernetes.Interface {
 	return kubernetes.NewForConfigOrDie(c.AdminConfig())
 }
 
+// ClientsetFor is a clientset that authenticates with a bearer token (a ServiceAccount's).
+func (c *Cluster) ClientsetFor(token string) kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(c.config(token))
+}
+
 // AdminKubeconfig is the path of a kubeconfig for the admin user.
 func (c *Cluster) AdminKubeconfig() string { return c.kubeconfig }
 
