@@ -40,7 +40,8 @@ type Node struct {
 	// IOFlat: a cgroup's IO throttle holds only its own IO, not its children's (cgroup v1's
 	// blkio throttling is flat), so each reclaimed workload needs a throttle of its own.
 	IOFlat bool
-	// ReclaimedWorkloads is how many reclaimed workloads share what is lent.
+	// ReclaimedWorkloads is how many reclaimed workloads share the disk IO lent (counted
+	// only while IO is lent: IO is split among them evenly).
 	ReclaimedWorkloads int
 	// ReclaimedPodParts are the reclaimed pods' parts of LentMilliCPU by workload name
 	// (cpu.PodShares): pods sit outside tidal's reclaimed tier, so while a quota holds
