@@ -173,6 +173,7 @@ func (a *Agent) status(withWorkloads bool) reporter.Status {
 		ws := workloadStatus(r)
 		d := a.policy.Decide(r.Workload, node).Settings
 		ws.CPUBurstMilliCPU, ws.CPUBurstPercent = max(d.CPUBurst, 0), d.CPUBurstPercent
+		ws.CPULimitMilliCPU = max(d.CPUQuota, 0)
 		if v, ok := satisfaction[r.Name]; ok {
 			ws.CPUSatisfaction = &v
 		}

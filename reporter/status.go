@@ -170,17 +170,20 @@ type GPU struct {
 
 // Workload is one managed workload.
 type Workload struct {
-	Name            string    `json:"name"`
-	Tier            string    `json:"tier"`
-	Cgroup          string    `json:"cgroup"`
-	PIDs            []int     `json:"pids"`
-	CPUs            string    `json:"cpus,omitempty"` // dedicated cores
-	ReclaimPriority int32     `json:"reclaimPriority"`
-	MilliCPU        int64     `json:"cpuUsageMilliCPU"`
-	MemoryBytes     int64     `json:"memoryUsageBytes"`
-	Started         time.Time `json:"started"`
-	State           string    `json:"state"` // running, evicting
-	Queue           string    `json:"queue,omitempty"`
+	Name            string `json:"name"`
+	Tier            string `json:"tier"`
+	Cgroup          string `json:"cgroup"`
+	PIDs            []int  `json:"pids"`
+	CPUs            string `json:"cpus,omitempty"` // dedicated cores
+	ReclaimPriority int32  `json:"reclaimPriority"`
+	MilliCPU        int64  `json:"cpuUsageMilliCPU"`
+	// CPULimitMilliCPU is the CFS quota tidal writes on the workload's own cgroup (0: none of
+	// tidal's): its own cap, or a reclaimed pod's part of what is lent while a quota holds.
+	CPULimitMilliCPU int64     `json:"cpuLimitMilliCPU,omitempty"`
+	MemoryBytes      int64     `json:"memoryUsageBytes"`
+	Started          time.Time `json:"started"`
+	State            string    `json:"state"` // running, evicting
+	Queue            string    `json:"queue,omitempty"`
 	// GPUs are the device UUIDs the workload may see; Env what its command must get
 	// (NVIDIA_VISIBLE_DEVICES) so it sees no others.
 	GPUs []string          `json:"gpus,omitempty"`

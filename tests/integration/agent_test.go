@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -594,11 +595,12 @@ func TestReclaimedWorkCannotOpenUnlentGPUs(t *testing.T) {
 }
 
 // Every per-workload figure in status is the cgroup's own: a busy loop's CPU rate in status
-// matches what its cgroup's counter grows by, and a sleeping process shows next to none.
+// matches what its cgroup's counter grows by, a sleeping process shows next to none, and the
+// CPU limit shown is the quota in the workload's cgroup (none for one without a cap).
 func TestStatusCPUMatchesTheCgroupCounters(t *testing.T) {
 	n := newNode(t, "loops:\n  slowInterval: 200ms\n")
 	n.start()
-	n.run("--tier", "shared", "--name", "busy", "--", tidalBin, "workload", "burner", "--threads", "1")
+	n.run("--tier", "shared", "--name", "busy", "--cpus", "2", "--", tidalBin, "workload", "burner", "--threads", "1")
 	n.run("--tier", "shared", "--name", "idle", "--", "sleep", "60")
 	busy := n.waitWorkload("busy")
 	n.waitWorkload("idle")
@@ -613,6 +615,18 @@ func TestStatusCPUMatchesTheCgroupCounters(t *testing.T) {
 	})
 	if w, _ := n.workload("idle"); w.MilliCPU > 50 {
 		t.Errorf("a sleeping process shows %dm", w.MilliCPU)
+	}
+	quota := func(cgroup string) string {
+		if n.layout.Version == cgroupfs.V2 {
+			return strings.Fields(n.file("cpu", cgroup, "cpu.max"))[0]
+		}
+		return n.file("cpu", cgroup, "cpu.cfs_quota_us")
+	}
+	if w, _ := n.workload("busy"); w.CPULimitMilliCPU != 2000 || quota(busy.Cgroup) != "200000" {
+		t.Errorf("busy (--cpus 2): status CPU limit %dm, its cgroup's quota %s µs a 100 ms period", w.CPULimitMilliCPU, quota(busy.Cgroup))
+	}
+	if w, _ := n.workload("idle"); w.CPULimitMilliCPU != 0 || !slices.Contains([]string{"-1", "max"}, quota(w.Cgroup)) {
+		t.Errorf("idle (no cap): status CPU limit %dm, its cgroup's quota %s", w.CPULimitMilliCPU, quota(w.Cgroup))
 	}
 }
 

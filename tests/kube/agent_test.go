@@ -170,6 +170,13 @@ func TestReclaimedPodsShareWhatIsLent(t *testing.T) {
 				return fmt.Errorf("quotas %v: want about %dm each for the three without a request", quotas, even)
 			}
 		}
+		// Status shows each pod's part as it is in its cgroup.
+		for _, p := range append(pods, small) {
+			w, ok := n.workload("default/" + p.pod.Name)
+			if q := quotas[p.pod.Name]; !ok || w.CPULimitMilliCPU < q || w.CPULimitMilliCPU > q+1 {
+				return fmt.Errorf("status of %s: CPU limit %dm, its cgroup's quota %dm", p.pod.Name, w.CPULimitMilliCPU, q)
+			}
+		}
 		return nil
 	})
 }
