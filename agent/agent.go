@@ -134,6 +134,9 @@ type Agent struct {
 	// files it reads (the fast loop's only).
 	watch   *spikewatch.Watch
 	watched spikewatch.Counters
+	// fastPath is what status shows of the watch: its limits now, how often online use
+	// crossed them and how often that cut lending, and the latest crossing (under mu).
+	fastPath reporter.FastPath
 
 	// CPU starvation eviction (issue 12). starvation, its meter and its last reading's time
 	// are the slow loop's; satisfaction (the latest figure of each reclaimed workload, for

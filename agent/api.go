@@ -206,6 +206,8 @@ func (a *Agent) nodeStatus(snap state.Snapshot, forWorkloads bool) (s reporter.S
 		s.CgroupError = a.applyErr.Error()
 	}
 	s.Lease = a.leaseStatusLocked(s.Time)
+	fast := a.fastPath
+	s.FastPath = &fast
 	mem := a.memoryViewLocked(plan.ReclaimedMemory)
 	s.Memory = &mem
 	if a.ioAdvisor != nil {

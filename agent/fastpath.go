@@ -115,6 +115,15 @@ func (a *Agent) spikeLimitsChangedLocked() {
 		}
 	}
 	a.watch.SetLimits(l)
+	a.fastPath.WindowLimitMilliCPU, a.fastPath.BurstLimitMilliCPU = shownLimit(l.WindowMilli), shownLimit(l.BurstMilli)
+}
+
+// shownLimit is a watch limit as status shows it: 0 for none (nothing a spike could cut).
+func shownLimit(milli int64) int64 {
+	if milli == spikewatch.Never {
+		return 0
+	}
+	return milli
 }
 
 // spike hands the online rates (over the fast window and the burst window), split over NUMA
@@ -138,7 +147,11 @@ func (a *Agent) spike(now time.Time, onlineMilli, burstMilli int64) {
 			cuts = append(cuts, a.recordActionLocked("throttle", "online-spike", c.Reason))
 		}
 	}
+	a.fastPath.Crossings++
+	a.fastPath.LastAt, a.fastPath.LastWindowMilliCPU, a.fastPath.LastBurstMilliCPU = now, onlineMilli, burstMilli
+	a.metrics.FastCrossing()
 	if len(cuts) > 0 {
+		a.fastPath.Cuts++
 		a.planGeneration++
 		a.spikeLimitsChangedLocked()
 	}

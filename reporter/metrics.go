@@ -37,6 +37,9 @@ type Metrics struct {
 	// CPU burst and starvation eviction (issue 12).
 	cpuBurst   *prometheus.GaugeVec
 	cpuStarved prometheus.Gauge
+	// fastCrossings counts the fast path's wake-ups (its cuts are tidal_actions_total's
+	// throttle/online-spike).
+	fastCrossings prometheus.Counter
 
 	memory *memoryMetrics
 	io     *ioMetrics
@@ -115,7 +118,10 @@ func NewMetrics(writes WriteCounter) *Metrics {
 	m.cpuStarved = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tidal_cpu_starved_workloads", Help: "Reclaimed workloads whose CPU satisfaction is below eviction.starvationFloor now (evicted once it lasts eviction.starvationWindow; counted in tidal_evictions_total{reason=\"cpu-starved\"}).",
 	})
-	m.registry.MustRegister(m.cpuBurst, m.cpuStarved)
+	m.fastCrossings = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tidal_fast_path_crossings_total", Help: "Times online work's CPU use crossed the fast path's limits and woke the agent; those that cut lending are tidal_actions_total{kind=\"throttle\",reason=\"online-spike\"}.",
+	})
+	m.registry.MustRegister(m.cpuBurst, m.cpuStarved, m.fastCrossings)
 	m.memory = newMemoryMetrics(m.registry)
 	m.io = newIOMetrics(m.registry)
 	m.registry.MustRegister(m.usageCeiling, m.interferenceCap, m.indicatorLoad, m.mechanism, m.poolCPUs, m.lentCPU, m.lendableCPU, m.lendableMem, m.lendableGPUs, m.gpuLendable, m.workloads, m.actions,
@@ -199,6 +205,9 @@ func (m *Metrics) SetCPUBurst(byTier map[string]int) {
 
 // SetCPUStarved records how many reclaimed workloads are starved of CPU now.
 func (m *Metrics) SetCPUStarved(n int) { m.cpuStarved.Set(float64(n)) }
+
+// FastCrossing counts one wake-up of the fast path.
+func (m *Metrics) FastCrossing() { m.fastCrossings.Inc() }
 
 // SetMetricsFresh records whether node metrics are fresh.
 func (m *Metrics) SetMetricsFresh(fresh bool) {

@@ -42,6 +42,25 @@ type Status struct {
 	// IO is the disk IO dimension: what each disk lends and why (nil when IO isolation is
 	// off).
 	IO *IO `json:"io,omitempty"`
+	// FastPath is the fast path's watch: what wakes the agent, and what came of it.
+	FastPath *FastPath `json:"fastPath,omitempty"`
+}
+
+// FastPath is the fast path's watch of online work's CPU use: the limits over which it wakes
+// the agent now, how often since the start online use crossed them and how often that cut
+// lending (a crossing may cut nothing: the limits are rounded down, and lending may already
+// be where the new demand puts it), and the latest crossing's figures.
+type FastPath struct {
+	// WindowLimitMilliCPU is the spike threshold of what online work kept, over the fast
+	// window (loops.fastWindow); BurstLimitMilliCPU all it kept, over the burst window. 0:
+	// none (nothing lent a spike could cut).
+	WindowLimitMilliCPU int64     `json:"windowLimitMilliCPU"`
+	BurstLimitMilliCPU  int64     `json:"burstLimitMilliCPU"`
+	Crossings           uint64    `json:"crossings"`
+	Cuts                uint64    `json:"cuts"`
+	LastAt              time.Time `json:"lastCrossingAt,omitzero"`
+	LastWindowMilliCPU  int64     `json:"lastCrossingWindowMilliCPU,omitempty"`
+	LastBurstMilliCPU   int64     `json:"lastCrossingBurstMilliCPU,omitempty"`
 }
 
 // Lease is the node's lease from the arbiter.
@@ -247,6 +266,13 @@ func WriteText(w io.Writer, s Status) error {
 	}
 	for _, p := range s.Pools {
 		writeControl(tw, p)
+	}
+	if f := s.FastPath; f != nil {
+		fmt.Fprintf(tw, "\nfast path: wakes over %dm (fast window) or %dm (burst window) of online use; %d crossings, %d cut lending", f.WindowLimitMilliCPU, f.BurstLimitMilliCPU, f.Crossings, f.Cuts)
+		if !f.LastAt.IsZero() {
+			fmt.Fprintf(tw, "; the last at %s: %dm, burst %dm", f.LastAt.Format("15:04:05.000"), f.LastWindowMilliCPU, f.LastBurstMilliCPU)
+		}
+		fmt.Fprintln(tw)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "WORKLOAD\tTIER\tSTATE\tPIDS\tCPU\tCPU QOS\tMEMORY\tCGROUP")

@@ -630,6 +630,41 @@ func TestStatusCPUMatchesTheCgroupCounters(t *testing.T) {
 	}
 }
 
+// Status shows what the fast path did: with over a core lent, the watch's limits are in
+// force; a spinning online workload crosses them, and every cut it made is one online-spike
+// throttle among the actions, each crossing counted, the latest with its figures.
+func TestStatusShowsTheFastPath(t *testing.T) {
+	n := newNode(t, "cpu:\n  growStepMilliCPU: 2000\n  peakWindow: 1s\nloops:\n  slowInterval: 200ms\n")
+	n.start()
+	n.eventually(20*time.Second, "lending over a core, the watch's limits in force", func() error {
+		s := n.status()
+		if f := s.FastPath; s.Lendable.MilliCPU <= 1000 || f == nil || f.WindowLimitMilliCPU <= 0 || f.BurstLimitMilliCPU <= 0 {
+			return fmt.Errorf("lendable %dm, fast path %+v", s.Lendable.MilliCPU, s.FastPath)
+		}
+		return nil
+	})
+	n.run("--tier", "shared", "--name", "spin", "--", tidalBin, "workload", "burner", "--threads", "1")
+	n.eventually(10*time.Second, "the spike cut, as status counts it", func() error {
+		s := n.status()
+		cuts := 0
+		for _, a := range s.Actions {
+			if a.Kind == "throttle" && a.Trigger == "online-spike" {
+				cuts++
+			}
+		}
+		f := s.FastPath
+		switch {
+		case cuts == 0:
+			return fmt.Errorf("no online-spike throttle yet")
+		case f.Cuts != uint64(cuts) || f.Crossings < f.Cuts:
+			return fmt.Errorf("fast path %+v, %d online-spike throttles among the actions", f, cuts)
+		case f.LastAt.IsZero() || f.LastWindowMilliCPU <= 0 && f.LastBurstMilliCPU <= 0:
+			return fmt.Errorf("fast path %+v: no latest crossing", f)
+		}
+		return nil
+	})
+}
+
 // When online load ends, reclaimed work's limits grow back once the spike is older than
 // cpu.limitWindow, and the burner runs on what is freed; what the node publishes stays down
 // until the spike has left cpu.peakWindow.
