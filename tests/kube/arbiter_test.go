@@ -111,15 +111,7 @@ func (e *arbEnv) agentToken(node string, audiences ...string) (string, *corev1.P
 
 func (e *arbEnv) boundToken(pod *corev1.Pod, audiences ...string) string {
 	e.t.Helper()
-	ttl := int64(3600)
-	tr, err := e.admin.CoreV1().ServiceAccounts("tidal-system").CreateToken(context.Background(), "tidal-agent", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: &ttl,
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatalf("TokenRequest bound to pod %s: %v", pod.Name, err)
-	}
-	return tr.Status.Token
+	return e.boundAgentToken(e.t, authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}, audiences...)
 }
 
 // arbProc is one `tidal arbiter` process (the real binary) in kubernetes mode.

@@ -75,13 +75,19 @@ func newCluster(t *testing.T) *cluster {
 // an agent pod would be one more workload on the node.
 func (c *cluster) agentToken(t testing.TB, node *corev1.Node) string {
 	t.Helper()
+	return c.boundAgentToken(t, authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID})
+}
+
+// boundAgentToken is a one-hour tidal-agent ServiceAccount token bound to ref (a Node, or the
+// agent's Pod), for audiences (the API server's when none).
+func (c *cluster) boundAgentToken(t testing.TB, ref authenticationv1.BoundObjectReference, audiences ...string) string {
+	t.Helper()
 	ttl := int64(3600)
 	tr, err := c.admin.CoreV1().ServiceAccounts("tidal-system").CreateToken(context.Background(), "tidal-agent", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl,
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}},
+		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: &ttl, BoundObjectRef: &ref},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("a tidal-agent token bound to node %s: %v", node.Name, err)
+		t.Fatalf("a tidal-agent token bound to %s %s: %v", ref.Kind, ref.Name, err)
 	}
 	return tr.Status.Token
 }
