@@ -75,12 +75,24 @@ type tidalResult struct {
 	// contentionTimeout.
 	ContentionToShrinkMs []float64 `json:"contentionToShrinkMs"`
 	ContentionMissed     int       `json:"contentionMissed"`
-	Throttles            int       `json:"throttles"` // during the day
-	AgentCPUPercent      float64   `json:"agentCPUPercent"`
-	AgentPeakRSSBytes    int64     `json:"agentPeakRSSBytes"`
+	// ContentionMisses are the probe's crossings without a fall, with what it saw.
+	ContentionMisses  []contentionMiss `json:"contentionMisses,omitempty"`
+	Throttles         int              `json:"throttles"` // during the day
+	AgentCPUPercent   float64          `json:"agentCPUPercent"`
+	AgentPeakRSSBytes int64            `json:"agentPeakRSSBytes"`
 	// Actions are the agent's lending decisions of the run and, with cpu.mechanism auto, its
 	// mechanism switches (T: seconds since DayStart).
 	Actions []dayAction `json:"actions"`
+}
+
+// contentionMiss is a crossing the probe saw and lending did not fall after, with the figures
+// at its start (T: seconds since DayStart), to set beside the agent's own fast path.
+type contentionMiss struct {
+	T              float64 `json:"t"`
+	LentMilliCPU   int64   `json:"lentMilliCPU"`
+	KeptMilliCPU   int64   `json:"keptMilliCPU"`   // the CPUs less what was lent
+	WindowMilliCPU int64   `json:"windowMilliCPU"` // online use over contentionWindow
+	BurstMilliCPU  int64   `json:"burstMilliCPU"`  // and over contentionBurst
 }
 
 // dayAction is one grow, shrink or throttle decision of the agent.
@@ -186,6 +198,8 @@ func (r *scenarioRun) collect(res *runResult, d day, w runWorkloads) error {
 				case e.At.Before(from) || !e.At.Before(to):
 				case e.Missed:
 					res.Tidal.ContentionMissed++
+					res.Tidal.ContentionMisses = append(res.Tidal.ContentionMisses, contentionMiss{T: e.At.Sub(from).Seconds(),
+						LentMilliCPU: e.LentMilli, KeptMilliCPU: e.KeptMilli, WindowMilliCPU: e.WindowMilli, BurstMilliCPU: e.BurstMilli})
 				default:
 					res.Tidal.ContentionToShrinkMs = append(res.Tidal.ContentionToShrinkMs, e.Ms)
 				}

@@ -282,6 +282,9 @@ func TestContentionProbe(t *testing.T) {
 	if len(p.events) != 2 || !p.events[1].Missed {
 		t.Fatalf("events %+v, want a miss second", p.events)
 	}
+	if e := p.events[1]; e.LentMilli != 1800 || e.KeptMilli != 200 || e.WindowMilli < 160 || e.BurstMilli < 200 {
+		t.Errorf("miss %+v: want the figures at its start (1800m lent, 200m kept, use over both limits)", e)
+	}
 	// A blip over the threshold (one busy sample) that ends before lending falls is no spike.
 	for ; ms < 1620; ms += every {
 		step(ms, 0, 1800)

@@ -44,17 +44,19 @@ type contentionProbe struct {
 	// new event (one long spike counts once).
 	armed   bool
 	pending bool
-	t0      time.Time
-	lentAt0 int64
+	first   contentionEvent // the pending crossing: its start and figures
 	events  []contentionEvent
 }
 
 // contentionEvent is one crossing: when it began and how long until the quota fell (Missed:
-// not within contentionTimeout).
+// not within contentionTimeout), and the figures that made it one, so that a report can set
+// them beside the agent's own (its status's fast path).
 type contentionEvent struct {
 	At     time.Time
 	Ms     float64
 	Missed bool
+	// At its start: what was lent and kept, and online use over the window and the burst window.
+	LentMilli, KeptMilli, WindowMilli, BurstMilli int64
 }
 
 func newContentionProbe(poolMilli int64) *contentionProbe {
@@ -72,11 +74,15 @@ func (p *contentionProbe) observe(now time.Time, online time.Duration, lentMilli
 	kept := p.poolMilli - lentMilli
 	over := milli > int64(agentSpikeShare*float64(kept)) || burst > kept
 	switch {
-	case p.pending && lentMilli < p.lentAt0:
-		p.events = append(p.events, contentionEvent{At: p.t0, Ms: float64(now.Sub(p.t0).Microseconds()) / 1000})
+	case p.pending && lentMilli < p.first.LentMilli:
+		e := p.first
+		e.Ms = float64(now.Sub(p.first.At).Microseconds()) / 1000
+		p.events = append(p.events, e)
 		p.pending, p.armed = false, false
-	case p.pending && now.Sub(p.t0) > contentionTimeout:
-		p.events = append(p.events, contentionEvent{At: p.t0, Missed: true})
+	case p.pending && now.Sub(p.first.At) > contentionTimeout:
+		e := p.first
+		e.Missed = true
+		p.events = append(p.events, e)
 		p.pending, p.armed = false, false
 	case p.pending && !over:
 		// A blip over the threshold for a sample or two (a burst of requests), gone before
@@ -84,7 +90,8 @@ func (p *contentionProbe) observe(now time.Time, online time.Duration, lentMilli
 		p.pending = false
 	case p.pending:
 	case p.armed && lentMilli > agentMinMilliCPU && over:
-		p.pending, p.t0, p.lentAt0 = true, now, lentMilli
+		p.pending = true
+		p.first = contentionEvent{At: now, LentMilli: lentMilli, KeptMilli: kept, WindowMilli: milli, BurstMilli: burst}
 	case !over:
 		p.armed = true
 	}

@@ -255,6 +255,7 @@ func writeTidal(w io.Writer, res results) {
 			"or while that tier has none its status's figure) to the sample at which the quota fell under what was lent or came on. The kernel charges a running task's CPU time at its scheduler tick, which delays the probe and the agent alike.\n",
 			res.Options.DayWorkloads, c.P50Ms, c.P99Ms, c.Samples, missedContentions(c.Missed), contentionEvery, contentionWindow, 100*agentSpikeShare)
 	}
+	writeContentionMisses(w, res)
 	fmt.Fprintf(w, "- Agent CPU during the day: %s of one core (its status was polled twice a second).\n", plainStat(t.AgentCPUPercent, "%.2f%%"))
 	fmt.Fprintf(w, "- Agent peak resident memory (VmHWM): %s MiB.\n\n", plainStat(t.AgentPeakRSSMiB, "%.1f"))
 }
@@ -282,6 +283,27 @@ func writeMissedSpikes(w io.Writer, res results) {
 				"whatever else runs on the machine included; its shrink actions are in results.json)")
 		}
 		fmt.Fprintf(w, ".\n")
+	}
+}
+
+// writeContentionMisses gives, for each crossing the probe saw and lending did not fall
+// after, what the probe saw: online use against the threshold of what was kept.
+func writeContentionMisses(w io.Writer, res results) {
+	phases, err := workload.ParsePhases(res.Options.Phases)
+	if err != nil {
+		return
+	}
+	for _, r := range res.Runs {
+		if r.Scenario != "tidal" || r.Tidal == nil {
+			continue
+		}
+		for _, m := range r.Tidal.ContentionMisses {
+			kept := m.KeptMilliCPU
+			fmt.Fprintf(w, "- Round %d: a crossing without a fall at %.1f s (%s): online use %dm over %s and %dm over %s, "+
+				"against %dm (%.0f%% of the %dm kept, %dm lent) and %dm.\n", r.Round, m.T, phaseNameAt(phases, m.T),
+				m.WindowMilliCPU, contentionWindow, m.BurstMilliCPU, contentionBurst, int64(agentSpikeShare*float64(kept)),
+				100*agentSpikeShare, kept, m.LentMilliCPU, kept)
+		}
 	}
 }
 

@@ -282,8 +282,12 @@ func (r *scenarioRun) startContentionProbe() {
 		r.contention = newContentionProbe(int64(r.b.cpus.Size()) * 1000)
 	}
 	sampler, probe := newContentionSampler(r.b.layout, online, offline), r.contention
-	r.bg.every(contentionEvery, func(now time.Time) {
+	r.bg.every(contentionEvery, func(time.Time) {
 		used, lent, quota, ok := sampler.read()
+		// Stamped when read, not when the ticker fired: a sample the Go scheduler ran late
+		// would otherwise count more CPU time over a span it did not cover (as the agent's
+		// own watch stamps its readings).
+		now := time.Now()
 		if !ok || probe == nil {
 			return
 		}
