@@ -153,6 +153,8 @@ var scenarios = []scenario{
 		About: "tidal whose limits follow online peak over the 30 s cpu.peakWindow, as before cpu.limitWindow (5 s)"},
 	{Name: "tidal-no-burst", Online: true, Offline: true, Tidal: true, agentConfig: "loops:\n  fastBurstWindow: 0s\n",
 		About: "tidal without the fast path's burst window (loops.fastBurstWindow 0): spikes seen over the 30 ms window only"},
+	{Name: "tidal-low-agent", Online: true, Offline: true, Tidal: true, diagnostic: true, agentShares: 51,
+		About: "tidal with the agent's own cgroup at cpu.shares 51, as the DaemonSet's 50m CPU request gives it in Kubernetes (1024 otherwise, as a service of its own under systemd): whether online work waits behind the agent's slow pass"},
 	{Name: "tidal-own-only", Online: true, Offline: true, Tidal: true, onlyOwnWorkloads: true,
 		About: "tidal managing only the run's own workloads (not the -day-workloads idle ones)"},
 	{Name: "tidal-idle", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: idle\n",
