@@ -342,3 +342,20 @@ func TestScenarioAgentConfigsParse(t *testing.T) {
 		}
 	}
 }
+
+// A crossing the probe saw without a fall is reported with what it saw, so that it can be
+// set beside the agent's own fast-path figures.
+func TestReportNamesEachContentionMiss(t *testing.T) {
+	res := results{Options: optionsDoc{Phases: "valley:8s@150,spike:4s@800"}, Runs: []runResult{
+		{Scenario: "tidal", Round: 2, Tidal: &tidalResult{ContentionMisses: []contentionMiss{
+			{T: 9.5, LentMilliCPU: 1392, KeptMilliCPU: 608, WindowMilliCPU: 520, BurstMilliCPU: 610}}}},
+		{Scenario: "online-alone", Round: 2},
+	}}
+	var b strings.Builder
+	writeContentionMisses(&b, res)
+	want := "- Round 2: a crossing without a fall within 1s at 9.5 s (spike): online use 520m over 30ms and 610m over 10ms, " +
+		"against limits of 486m (80% of the 608m kept, with 1392m lent) and 608m (all of it).\n"
+	if b.String() != want {
+		t.Errorf("report:\n%q\nwant\n%q", b.String(), want)
+	}
+}

@@ -298,11 +298,10 @@ func writeContentionMisses(w io.Writer, res results) {
 			continue
 		}
 		for _, m := range r.Tidal.ContentionMisses {
-			kept := m.KeptMilliCPU
-			fmt.Fprintf(w, "- Round %d: a crossing without a fall at %.1f s (%s): online use %dm over %s and %dm over %s, "+
-				"against %dm (%.0f%% of the %dm kept, %dm lent) and %dm.\n", r.Round, m.T, phaseNameAt(phases, m.T),
-				m.WindowMilliCPU, contentionWindow, m.BurstMilliCPU, contentionBurst, int64(agentSpikeShare*float64(kept)),
-				100*agentSpikeShare, kept, m.LentMilliCPU, kept)
+			fmt.Fprintf(w, "- Round %d: a crossing without a fall within %s at %.1f s (%s): online use %dm over %s and %dm over %s, "+
+				"against limits of %dm (%.0f%% of the %dm kept, with %dm lent) and %dm (all of it).\n",
+				r.Round, contentionTimeout, m.T, phaseNameAt(phases, m.T), m.WindowMilliCPU, contentionWindow, m.BurstMilliCPU, contentionBurst,
+				int64(agentSpikeShare*float64(m.KeptMilliCPU)), 100*agentSpikeShare, m.KeptMilliCPU, m.LentMilliCPU, m.KeptMilliCPU)
 		}
 	}
 }
