@@ -174,6 +174,11 @@ func (r *scenarioRun) driveDay(ctx context.Context, addr string) (d day, err err
 	if r.agent != nil {
 		before, _ = readCPUUsage(r.agent.pid())
 	}
+	if r.sc.stopAgentAtDay && r.agent != nil {
+		if err := syscall.Kill(r.agent.pid(), syscall.SIGSTOP); err != nil {
+			return d, fmt.Errorf("stop the agent: %w", err)
+		}
+	}
 	d.start = time.Now() // refined from the load generator's reports in collect
 	if r.sc.Online {
 		if d.loadgen, err = r.startLoadgen(addr); err != nil {
@@ -393,7 +398,7 @@ func (r *scenarioRun) startLoadgen(addr string) (*proc, error) {
 // cleanup stops whatever still runs (the agent last), the samplers, and removes the run's
 // cgroups, killing anything left in them.
 func (r *scenarioRun) cleanup() error {
-	if r.sc.stoppedAgent && r.agent != nil && r.agent.running() {
+	if (r.sc.stoppedAgent || r.sc.stopAgentAtDay) && r.agent != nil && r.agent.running() {
 		_ = syscall.Kill(r.agent.pid(), syscall.SIGCONT) // so it ends as it is asked to
 	}
 	for i := len(r.procs) - 1; i >= 0; i-- {

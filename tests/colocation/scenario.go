@@ -37,6 +37,10 @@ type scenario struct {
 	// resumed only to end: its cgroups stay as it left them, with nothing running in it (and
 	// nothing to answer a poll: it is not polled).
 	stoppedAgent bool
+	// stopAgentAtDay: the agent is stopped (SIGSTOP) when the day begins, once it has placed
+	// the online service and the offline work and lent through the warm-up, and resumed only
+	// to end: the cgroups as it wrote them, nothing of it running (not polled either).
+	stopAgentAtDay bool
 	// unpolled: the benchmark does not poll the agent's status (twice a second otherwise,
 	// for what it lends and its actions), so the instrument's own cost can be told apart.
 	unpolled bool
@@ -155,6 +159,8 @@ var scenarios = []scenario{
 		About: "tidal without the fast path's burst window (loops.fastBurstWindow 0): spikes seen over the 30 ms window only"},
 	{Name: "tidal-low-agent", Online: true, Offline: true, Tidal: true, diagnostic: true, agentShares: 51,
 		About: "tidal with the agent's own cgroup at cpu.shares 51, as the DaemonSet's 50m CPU request gives it in Kubernetes (1024 otherwise, as a service of its own under systemd): whether online work waits behind the agent's slow pass"},
+	{Name: "tidal-stopped-agent", Online: true, Offline: true, Tidal: true, diagnostic: true, stopAgentAtDay: true, unpolled: true,
+		About: "tidal with the agent stopped (SIGSTOP) when the day begins: online and offline work in its tiers as it left them after the warm-up, nothing of it running; whether its layout or its activity is what costs online work"},
 	{Name: "tidal-own-only", Online: true, Offline: true, Tidal: true, onlyOwnWorkloads: true,
 		About: "tidal managing only the run's own workloads (not the -day-workloads idle ones)"},
 	{Name: "tidal-idle", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: idle\n",
