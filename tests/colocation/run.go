@@ -141,10 +141,8 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 			return w, err
 		}
 	}
-	if r.sc.stoppedAgent && r.agent != nil {
-		if err := syscall.Kill(r.agent.pid(), syscall.SIGSTOP); err != nil {
-			return w, fmt.Errorf("stop the agent: %w", err)
-		}
+	if err := r.stopAgentAt(stopAfterAdmitting); err != nil {
+		return w, err
 	}
 	r.startSamplers(ctx)
 	if r.sc.Online {
@@ -156,6 +154,17 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 		w.burner, w.antagonist, err = r.startOffline()
 	}
 	return w, err
+}
+
+// stopAgentAt stops the agent (SIGSTOP) if the scenario stops it at this point.
+func (r *scenarioRun) stopAgentAt(when agentStop) error {
+	if r.sc.stopAgent != when || r.agent == nil {
+		return nil
+	}
+	if err := syscall.Kill(r.agent.pid(), syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stop the agent: %w", err)
+	}
+	return nil
 }
 
 // day is what driving the day left to read: the load generator (nil without online work),
@@ -174,10 +183,8 @@ func (r *scenarioRun) driveDay(ctx context.Context, addr string) (d day, err err
 	if r.agent != nil {
 		before, _ = readCPUUsage(r.agent.pid())
 	}
-	if r.sc.stopAgentAtDay && r.agent != nil {
-		if err := syscall.Kill(r.agent.pid(), syscall.SIGSTOP); err != nil {
-			return d, fmt.Errorf("stop the agent: %w", err)
-		}
+	if err := r.stopAgentAt(stopAtDay); err != nil {
+		return d, err
 	}
 	d.start = time.Now() // refined from the load generator's reports in collect
 	if r.sc.Online {
@@ -266,7 +273,7 @@ func (r *scenarioRun) startSamplers(ctx context.Context) {
 		})
 		r.bg.onStop(meter.Close)
 	}
-	if r.agent != nil && !r.sc.unpolled && !r.sc.stoppedAgent {
+	if r.agent != nil && !r.sc.unpolled && r.sc.stopAgent == stopNever {
 		r.watch = newAgentWatch()
 		client := r.agent.client
 		r.bg.every(agentPoll, func(now time.Time) { r.watch.poll(client, now) })
@@ -398,7 +405,7 @@ func (r *scenarioRun) startLoadgen(addr string) (*proc, error) {
 // cleanup stops whatever still runs (the agent last), the samplers, and removes the run's
 // cgroups, killing anything left in them.
 func (r *scenarioRun) cleanup() error {
-	if (r.sc.stoppedAgent || r.sc.stopAgentAtDay) && r.agent != nil && r.agent.running() {
+	if r.sc.stopAgent != stopNever && r.agent != nil && r.agent.running() {
 		_ = syscall.Kill(r.agent.pid(), syscall.SIGCONT) // so it ends as it is asked to
 	}
 	for i := len(r.procs) - 1; i >= 0; i-- {

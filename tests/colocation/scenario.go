@@ -33,14 +33,10 @@ type scenario struct {
 	onlyOwnWorkloads bool
 	// agentShares, when set, is the cpu.shares of the agent's own cgroup (1024 otherwise).
 	agentShares uint64
-	// stoppedAgent: the agent is stopped (SIGSTOP) once it has admitted its workloads, and
-	// resumed only to end: its cgroups stay as it left them, with nothing running in it (and
-	// nothing to answer a poll: it is not polled).
-	stoppedAgent bool
-	// stopAgentAtDay: the agent is stopped (SIGSTOP) when the day begins, once it has placed
-	// the online service and the offline work and lent through the warm-up, and resumed only
-	// to end: the cgroups as it wrote them, nothing of it running (not polled either).
-	stopAgentAtDay bool
+	// stopAgent: when the agent is stopped (SIGSTOP), to be resumed only to end: its cgroups
+	// stay as it left them, with nothing of it running (and nothing to answer a poll: a
+	// stopped agent is not polled).
+	stopAgent agentStop
 	// unpolled: the benchmark does not poll the agent's status (twice a second otherwise,
 	// for what it lends and its actions), so the instrument's own cost can be told apart.
 	unpolled bool
@@ -74,6 +70,19 @@ const (
 )
 
 // scenarios in the order they run each round.
+// agentStop is when a diagnostic scenario stops its agent.
+type agentStop int
+
+const (
+	stopNever agentStop = iota
+	// stopAfterAdmitting: once it has admitted its -day-workloads, before it places the
+	// online service and the offline work (they then run as the scenario places them).
+	stopAfterAdmitting
+	// stopAtDay: as the day begins, once it has placed the online service and the offline
+	// work and lent through the warm-up.
+	stopAtDay
+)
+
 var scenarios = []scenario{
 	{Name: "online-alone", Online: true, About: "the online service alone (latency baseline)"},
 	{Name: "offline-alone", Offline: true, offline: plain, About: "the offline work alone (throughput baseline)"},
@@ -109,7 +118,7 @@ var scenarios = []scenario{
 	{Name: "besteffort-beside-low-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, agentShares: 16,
 		About:   "besteffort-beside-agent with the agent's own cgroup at cpu.shares 16 (1024 otherwise): whether online work waits behind the agent's CPU bursts",
 		offline: besteffortOffline},
-	{Name: "besteffort-beside-stopped-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, stoppedAgent: true,
+	{Name: "besteffort-beside-stopped-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, stopAgent: stopAfterAdmitting,
 		About:   "besteffort-beside-agent with the agent stopped (SIGSTOP) once its workloads are admitted: its cgroups and processes there, nothing of it running; whether its activity or its tree is what costs online work",
 		offline: besteffortOffline},
 	{Name: "besteffort-beside-bare-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, onlyOwnWorkloads: true,
@@ -159,7 +168,7 @@ var scenarios = []scenario{
 		About: "tidal without the fast path's burst window (loops.fastBurstWindow 0): spikes seen over the 30 ms window only"},
 	{Name: "tidal-low-agent", Online: true, Offline: true, Tidal: true, diagnostic: true, agentShares: 51,
 		About: "tidal with the agent's own cgroup at cpu.shares 51, as the DaemonSet's 50m CPU request gives it in Kubernetes (1024 otherwise, as a service of its own under systemd): whether online work waits behind the agent's slow pass"},
-	{Name: "tidal-stopped-agent", Online: true, Offline: true, Tidal: true, diagnostic: true, stopAgentAtDay: true, unpolled: true,
+	{Name: "tidal-stopped-agent", Online: true, Offline: true, Tidal: true, diagnostic: true, stopAgent: stopAtDay,
 		About: "tidal with the agent stopped (SIGSTOP) when the day begins: online and offline work in its tiers as it left them after the warm-up, nothing of it running; whether its layout or its activity is what costs online work"},
 	{Name: "tidal-own-only", Online: true, Offline: true, Tidal: true, onlyOwnWorkloads: true,
 		About: "tidal managing only the run's own workloads (not the -day-workloads idle ones)"},
