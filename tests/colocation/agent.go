@@ -19,13 +19,14 @@ import (
 // and no metrics endpoint.
 type agentProc struct {
 	*proc
+	bin    string // the tidal binary it runs, which its `tidal run`s run too
 	socket string
 	client *agent.Client
 }
 
-// startAgent starts an agent whose cgroup tree is cgroupRoot, moves the agent process into
-// cgroup self, and waits until it answers on its socket.
-func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self, scenarioConfig string) (*agentProc, error) {
+// startAgent starts an agent of the tidal binary bin whose cgroup tree is cgroupRoot, moves the
+// agent process into cgroup self, and waits until it answers on its socket.
+func (b *bench) startAgent(ctx context.Context, bin, name, cgroupRoot, self, scenarioConfig string) (*agentProc, error) {
 	dir := filepath.Join(b.tmp, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -45,12 +46,12 @@ func (b *bench) startAgent(ctx context.Context, name, cgroupRoot, self, scenario
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := startProc(name, b.tmp, []string{b.tidal, "agent", "--config", config},
+	p, err := startProc(name, b.tmp, []string{bin, "agent", "--config", config},
 		func(pid int) error { return b.writer.Attach(self, pid) })
 	if err != nil {
 		return nil, err
 	}
-	a := &agentProc{proc: p, socket: socket, client: agent.NewClient(socket)}
+	a := &agentProc{proc: p, bin: bin, socket: socket, client: agent.NewClient(socket)}
 	if err := a.waitStatus(ctx, "answered on "+socket, func(reporter.Status) bool { return true }); err != nil {
 		p.stop(time.Second)
 		return nil, err
@@ -85,8 +86,8 @@ func (a *agentProc) waitPrimed(ctx context.Context) error {
 
 // tidalRun is the command line that starts argv through the agent, in a tier, with more
 // `tidal run` flags (an SLO probe).
-func (a *agentProc) tidalRun(bin, tier, name string, flags, argv []string) []string {
-	cmd := append([]string{bin, "run", "--socket", a.socket, "--tier", tier, "--name", name}, flags...)
+func (a *agentProc) tidalRun(tier, name string, flags, argv []string) []string {
+	cmd := append([]string{a.bin, "run", "--socket", a.socket, "--tier", tier, "--name", name}, flags...)
 	return append(append(cmd, "--"), argv...)
 }
 

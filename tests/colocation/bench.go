@@ -50,6 +50,11 @@ func newBench(opts options, log io.Writer) (b *bench, err error) {
 	if b.tidal, err = tidalBinary(opts.tidalBin, b.tmp, log); err != nil {
 		return b, err
 	}
+	if opts.tidalBaseline != "" {
+		if b.opts.tidalBaseline, err = filepath.Abs(opts.tidalBaseline); err != nil {
+			return b, err
+		}
+	}
 	if b.layout, err = cgroupfs.Detect("/sys/fs/cgroup", "auto"); err != nil {
 		return b, err
 	}

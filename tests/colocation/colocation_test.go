@@ -4,6 +4,7 @@ import (
 	"image/png"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -56,6 +57,19 @@ func TestQuickShortensOnlyWhatIsNotSet(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-out", "x", "-scenarios", "online-alone,nope"}); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("unknown scenario: err %v", err)
+	}
+	// Two builds of the agent in one run: the second binary is asked for, and used.
+	if _, err := parseFlags([]string{"-out", "x", "-scenarios", "tidal,tidal-baseline-build"}); err == nil || !strings.Contains(err.Error(), "-tidal-baseline") {
+		t.Fatalf("tidal-baseline-build without -tidal-baseline: err %v", err)
+	}
+	o = testOptions(t, "-scenarios", "tidal,tidal-baseline-build", "-tidal-baseline", "/opt/old/tidal")
+	sc, _ := scenarioByName("tidal-baseline-build")
+	r := scenarioRun{b: &bench{opts: o, tidal: "/opt/new/tidal"}, sc: sc}
+	if got := r.agentBinary(); got != "/opt/old/tidal" {
+		t.Fatalf("tidal-baseline-build runs %s, want the -tidal-baseline binary", got)
+	}
+	if r.sc, _ = scenarioByName("tidal"); r.agentBinary() != "/opt/new/tidal" {
+		t.Fatalf("tidal runs %s, want the -tidal binary", r.agentBinary())
 	}
 	// The SLO probe asks what the load asks, over HTTP or Redis alike.
 	if _, err := parseFlags([]string{"-out", "x", "-servers", "go,nginx,redis", "-scenarios", "online-alone,tidal-slo"}); err != nil {
@@ -357,5 +371,48 @@ func TestReportNamesEachContentionMiss(t *testing.T) {
 		"against limits of 486m (80% of the 608m kept, with 1392m lent) and 608m (all of it).\n"
 	if b.String() != want {
 		t.Errorf("report:\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// The *-day-workloads diagnostics put the light workloads where the scenario puts its work,
+// on real cgroups: every other one beside the online service, the rest under the offline
+// parent with its knobs, one process each; cleaning up kills them and removes the cgroups.
+func TestDayWorkloadsWithoutAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it creates cgroups")
+	}
+	o := testOptions(t, "-day-workloads", "4", "-tidal", "/bin/true") // no agent runs: nothing to build
+	var log strings.Builder
+	b, err := newBench(o, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.close(); err != nil {
+			t.Error(err)
+		}
+	})
+	sc, _ := scenarioByName("idle-day-workloads")
+	r := &scenarioRun{b: b, sc: sc, name: "day", rel: path.Join(b.root, "day")}
+	if err := r.makeCgroups(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.startDayWorkloads(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"light-000", "offline/light-001", "light-002", "offline/light-003"} {
+		pids, err := b.layout.Procs(r.sub(want), false)
+		if err != nil || len(pids) != 1 || pids[0] != r.sleepers[i].Process.Pid {
+			t.Errorf("%s: procs %v, %v; want sleeper %d's pid", want, pids, err, i)
+		}
+	}
+	if idle, err := os.ReadFile(filepath.Join(b.layout.Dir("cpu", r.sub("offline")), "cpu.idle")); err == nil && strings.TrimSpace(string(idle)) != "1" {
+		t.Errorf("offline parent cpu.idle %q, want 1 (idle's placement)", idle)
+	}
+	if err := r.cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(b.layout.Dir("cpu", r.rel)); !os.IsNotExist(err) {
+		t.Errorf("run cgroup left after cleanup: %v", err)
 	}
 }

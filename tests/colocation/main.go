@@ -91,6 +91,9 @@ type options struct {
 	// servers are the online services, each driven through every scenario each round.
 	servers  []string
 	tidalBin string
+	// tidalBaseline is a second tidal binary for the tidal-baseline-build scenario: two
+	// builds of the agent in one interleaved run.
+	tidalBaseline string
 	// agentConfig is extra agent YAML for a what-if run (the published results use none).
 	agentConfig string
 	// Agent overhead: only that (overheadOnly), or also after the scenarios (duration > 0).
@@ -124,12 +127,13 @@ func parseFlags(args []string) (options, error) {
 		strings.Join(scenarioNames(diagnostic), ", ")+")")
 	srv := fs.String("servers", strings.Join(serverNames(), ","), "online services, each through every scenario each round: "+strings.Join(serverNames(), ", "))
 	fs.StringVar(&o.tidalBin, "tidal", "", "a prebuilt tidal binary (default: build ./cmd/tidal)")
+	fs.StringVar(&o.tidalBaseline, "tidal-baseline", "", "a second prebuilt tidal binary, which the tidal-baseline-build scenario runs: a change to the agent against the build before it, in one interleaved run")
 	fs.StringVar(&o.agentConfig, "agent-config", "", "extra agent settings (a YAML file, e.g. cpu.peakWindow) for a what-if run; "+
 		"not cgroup, stateDir, socketPath or metricsAddress, which the benchmark sets")
 	fs.BoolVar(&o.overheadOnly, "overhead", false, "measure only the agent's overhead with -overhead-workloads workloads")
 	fs.DurationVar(&o.overheadDuration, "overhead-duration", 60*time.Second, "length of the overhead measurement (0: skip it after the scenarios)")
 	fs.IntVar(&o.overheadWorkloads, "overhead-workloads", 200, "light workloads admitted for the overhead measurement")
-	fs.IntVar(&o.dayWorkloads, "day-workloads", 200, "light workloads (idle sleep processes, half shared, half reclaimed) the agent manages during each tidal run besides the run's own")
+	fs.IntVar(&o.dayWorkloads, "day-workloads", 200, "light workloads (idle sleep processes, half shared, half reclaimed) the agent manages during each tidal run besides the run's own (and the *-day-workloads diagnostics place in cgroups of their own, no agent)")
 	quick := fs.Bool("quick", false, "a short run to try things out: -day 12s -warmup 3s -overhead-duration 15s unless set")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage (as root): go run ./tests/colocation -out DIR [flags]")
@@ -195,6 +199,9 @@ func (o options) validate(extra int) error {
 		sc, ok := scenarioByName(s)
 		if !ok {
 			return fmt.Errorf("-scenarios: unknown scenario %q (want some of %s)", s, strings.Join(scenarioNames(anyScenario), ", "))
+		}
+		if sc.baselineBuild && o.tidalBaseline == "" {
+			return fmt.Errorf("-scenarios %s runs the -tidal-baseline binary: give one", s)
 		}
 		for _, name := range o.servers {
 			if srv, _ := serverByName(name); sc.sloMetric && srv.metric == "" {

@@ -52,7 +52,7 @@ func (b *bench) measureOverhead(ctx context.Context) (res overheadResult, err er
 		}
 		err = errors.Join(err, removeTree(b.layout, rel))
 	}()
-	if a, err = b.startAgent(ctx, "overhead-agent", path.Join(rel, "tidal"), path.Join(rel, "agent"), ""); err != nil {
+	if a, err = b.startAgent(ctx, b.tidal, "overhead-agent", path.Join(rel, "tidal"), path.Join(rel, "agent"), ""); err != nil {
 		return res, err
 	}
 	for i := 0; i < o.overheadWorkloads; i++ {
@@ -97,18 +97,27 @@ func (b *bench) measureOverhead(ctx context.Context) (res overheadResult, err er
 	return res, nil
 }
 
-// admitSleeper starts a `sleep` process and has the agent manage it (the agent accepts a
-// process only from its parent or itself).
+// admitSleeper starts a light workload and has the agent manage it (the agent accepts a
+// process only from its parent or itself): every other one online (shared), the rest
+// reclaimed.
 func (b *bench) admitSleeper(client *agent.Client, i int) (*exec.Cmd, error) {
-	c := exec.Command("sleep", "3600")
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := c.Start(); err != nil {
+	c, err := startSleeper()
+	if err != nil {
 		return nil, err
 	}
 	tier := "shared"
 	if i%2 == 1 {
 		tier = "reclaimed"
 	}
-	_, err := client.Admit(agent.AdmitRequest{Name: fmt.Sprintf("light-%03d", i), Tier: tier, PID: c.Process.Pid, Command: c.Args})
+	_, err = client.Admit(agent.AdmitRequest{Name: sleeperName(i), Tier: tier, PID: c.Process.Pid, Command: c.Args})
 	return c, err
 }
+
+// startSleeper starts a light workload: a `sleep` process, killed with the benchmark.
+func startSleeper() (*exec.Cmd, error) {
+	c := exec.Command("sleep", "3600")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return c, c.Start()
+}
+
+func sleeperName(i int) string { return fmt.Sprintf("light-%03d", i) }

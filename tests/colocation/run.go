@@ -48,7 +48,8 @@ type scenarioRun struct {
 	watch  *agentWatch  // the agent's lending and actions (tidal only)
 	// contention is the agent's reaction to online work using more than it kept (tidal only).
 	contention *contentionProbe
-	// sleepers are the light workloads the agent manages besides the run's own (tidal only).
+	// sleepers are the light workloads beside the run's own: the agent's to manage, or in a
+	// no-agent scenario with dayWorkloads the benchmark's own cgroups'.
 	sleepers []*exec.Cmd
 }
 
@@ -118,7 +119,7 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 		return w, err
 	}
 	if r.sc.Tidal || r.sc.agentBeside {
-		a, err := r.b.startAgent(ctx, r.name+"-agent", path.Join(r.rel, "tidal"), path.Join(r.rel, "agent"), r.sc.agentConfig)
+		a, err := r.b.startAgent(ctx, r.agentBinary(), r.name+"-agent", path.Join(r.rel, "tidal"), path.Join(r.rel, "agent"), r.sc.agentConfig)
 		if err != nil {
 			return w, err
 		}
@@ -134,6 +135,11 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 			if err != nil {
 				return w, err
 			}
+		}
+	}
+	if r.sc.dayWorkloads {
+		if err := r.startDayWorkloads(); err != nil {
+			return w, err
 		}
 	}
 	if r.agent != nil {
@@ -154,6 +160,14 @@ func (r *scenarioRun) start(ctx context.Context) (w runWorkloads, err error) {
 		w.burner, w.antagonist, err = r.startOffline()
 	}
 	return w, err
+}
+
+// agentBinary is the tidal binary the scenario's agent runs.
+func (r *scenarioRun) agentBinary() string {
+	if r.sc.baselineBuild {
+		return r.b.opts.tidalBaseline
+	}
+	return r.b.tidal
 }
 
 // stopAgentAt stops the agent (SIGSTOP) if the scenario stops it at this point.
@@ -246,6 +260,35 @@ func (r *scenarioRun) makeCgroups() error {
 
 func (r *scenarioRun) sub(name string) string { return path.Join(r.rel, name) }
 
+// startDayWorkloads starts the -day-workloads light workloads of a no-agent scenario in the
+// benchmark's own cgroups, placed as the scenario places its work: every other one beside the
+// online service, the rest under the offline work's parent (its knobs), a cgroup each, as a
+// node's pods have theirs whatever places them.
+func (r *scenarioRun) startDayWorkloads() error {
+	cgroups := make([]plugins.Cgroup, r.b.opts.dayWorkloads)
+	for i := range cgroups {
+		cgroups[i] = plugins.Cgroup{Path: r.sub(sleeperName(i)), Settings: r.b.everywhere()}
+		if i%2 == 1 && r.sc.Offline {
+			offline := plugins.Settings{CPUs: r.sc.offline(r.b.cpus).CPUs, Mems: r.b.mems}
+			cgroups[i] = plugins.Cgroup{Path: r.sub(path.Join("offline", sleeperName(i))), Settings: offline}
+		}
+	}
+	if err := r.b.writer.Apply(cgroups); err != nil {
+		return err
+	}
+	for _, cg := range cgroups {
+		c, err := startSleeper()
+		if err != nil {
+			return err
+		}
+		r.sleepers = append(r.sleepers, c)
+		if err := r.b.writer.Attach(cg.Path, c.Process.Pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // startSamplers reads node CPU every second, with online work its run-queue wait and the
 // contention probe's files, and with an agent its status twice a second.
 func (r *scenarioRun) startSamplers(ctx context.Context) {
@@ -328,7 +371,7 @@ func (r *scenarioRun) startWorkload(name, tier, cgroup string, args ...string) (
 func (r *scenarioRun) startCommand(name, tier, cgroup string, runFlags, argv []string) (*proc, error) {
 	var attach func(int) error
 	if r.sc.Tidal && tier != "" {
-		argv = r.agent.tidalRun(r.b.tidal, tier, name, runFlags, argv)
+		argv = r.agent.tidalRun(tier, name, runFlags, argv)
 	} else {
 		attach = func(pid int) error { return r.b.writer.Attach(cgroup, pid) }
 	}

@@ -31,6 +31,9 @@ type scenario struct {
 	agentConfig string
 	// onlyOwnWorkloads: the agent manages only the run's own workloads, not -day-workloads.
 	onlyOwnWorkloads bool
+	// dayWorkloads: a no-agent scenario runs the -day-workloads light workloads too, in cgroups
+	// of its own (a tidal scenario's agent manages them unless onlyOwnWorkloads).
+	dayWorkloads bool
 	// agentShares, when set, is the cpu.shares of the agent's own cgroup (1024 otherwise).
 	agentShares uint64
 	// stopAgent: when the agent is stopped (SIGSTOP), to be resumed only to end: its cgroups
@@ -45,6 +48,8 @@ type scenario struct {
 	// sloMetric: the online service is started with its latency histogram as an SLO metric
 	// (its p99 held to -probe-latency); only for servers that export one.
 	sloMetric bool
+	// baselineBuild: the agent and its `tidal run`s are the -tidal-baseline binary.
+	baselineBuild bool
 	// diagnostic: not run by default, only when -scenarios names it (it takes a tidal
 	// scenario apart, and is not a way to colocate that tidal must beat).
 	diagnostic bool
@@ -90,9 +95,7 @@ var scenarios = []scenario{
 	{Name: "besteffort", Online: true, Offline: true, About: "offline under a parent with cpu.shares 2 (Kubernetes BestEffort)",
 		offline: besteffortOffline},
 	{Name: "idle", Online: true, Offline: true, About: "offline under a parent with cpu.idle 1 (the kernel's idle class), no agent",
-		offline: func(all cpuset.CPUSet) plugins.Settings {
-			return plugins.Settings{CPUs: all, CPUIdle: plugins.On}
-		}},
+		offline: idleOffline},
 	{Name: "besteffort-beside-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true,
 		About:   "besteffort, with the agent running beside it managing its -day-workloads idle workloads only: what the agent's own activity costs online work, apart from where the agent places it",
 		offline: besteffortOffline},
@@ -124,6 +127,12 @@ var scenarios = []scenario{
 	{Name: "besteffort-beside-bare-agent", Online: true, Offline: true, diagnostic: true, agentBeside: true, onlyOwnWorkloads: true,
 		About:   "besteffort-beside-agent with no workloads for the agent to manage (not its -day-workloads): whether their number is what the agent's activity costs online work",
 		offline: besteffortOffline},
+	{Name: "besteffort-day-workloads", Online: true, Offline: true, diagnostic: true, dayWorkloads: true,
+		About:   "besteffort beside the -day-workloads light workloads a tidal run's agent manages, each in a cgroup of its own (half beside the online service, half under the offline parent), no agent: what their presence costs, apart from the agent",
+		offline: besteffortOffline},
+	{Name: "idle-day-workloads", Online: true, Offline: true, diagnostic: true, dayWorkloads: true,
+		About:   "idle beside the -day-workloads light workloads, placed as besteffort-day-workloads places them, no agent",
+		offline: idleOffline},
 	{Name: "static", Online: true, Offline: true, About: "offline pinned to a fixed half of the CPUs (online unpinned)",
 		offline: upperHalfOffline},
 	{Name: "static-idle", Online: true, Offline: true, diagnostic: true,
@@ -170,6 +179,8 @@ var scenarios = []scenario{
 		About: "tidal with the agent's own cgroup at cpu.shares 51, as the DaemonSet's 50m CPU request gives it in Kubernetes (1024 otherwise, as a service of its own under systemd): whether online work waits behind the agent's slow pass"},
 	{Name: "tidal-stopped-agent", Online: true, Offline: true, Tidal: true, diagnostic: true, stopAgent: stopAtDay,
 		About: "tidal with the agent stopped (SIGSTOP) when the day begins: online and offline work in its tiers as it left them after the warm-up, nothing of it running; whether its layout or its activity is what costs online work"},
+	{Name: "tidal-baseline-build", Online: true, Offline: true, Tidal: true, diagnostic: true, baselineBuild: true,
+		About: "tidal with its defaults, run by the -tidal-baseline binary: a change to the agent against the build before it, in one interleaved run"},
 	{Name: "tidal-own-only", Online: true, Offline: true, Tidal: true, onlyOwnWorkloads: true,
 		About: "tidal managing only the run's own workloads (not the -day-workloads idle ones)"},
 	{Name: "tidal-idle", Online: true, Offline: true, Tidal: true, agentConfig: "cpu:\n  mechanism: idle\n",
@@ -291,6 +302,11 @@ func scenarioByName(name string) (scenario, bool) {
 // cpu.shares 2.
 func besteffortOffline(all cpuset.CPUSet) plugins.Settings {
 	return plugins.Settings{CPUs: all, CPUShares: besteffortShares}
+}
+
+// idleOffline places the offline work in the kernel's idle class, on every CPU.
+func idleOffline(all cpuset.CPUSet) plugins.Settings {
+	return plugins.Settings{CPUs: all, CPUIdle: plugins.On}
 }
 
 // upperHalfOffline places the offline work on the upper half of the CPUs at default shares.
