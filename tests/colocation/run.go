@@ -268,8 +268,10 @@ func (r *scenarioRun) startDayWorkloads() error {
 	cgroups := make([]plugins.Cgroup, r.b.opts.dayWorkloads)
 	for i := range cgroups {
 		cgroups[i] = plugins.Cgroup{Path: r.sub(sleeperName(i)), Settings: r.b.everywhere()}
-		if i%2 == 1 && r.sc.Offline {
-			offline := plugins.Settings{CPUs: r.sc.offline(r.b.cpus).CPUs, Mems: r.b.mems}
+	}
+	if r.sc.Offline {
+		offline := plugins.Settings{CPUs: r.sc.offline(r.b.cpus).CPUs, Mems: r.b.mems}
+		for i := 1; i < len(cgroups); i += 2 {
 			cgroups[i] = plugins.Cgroup{Path: r.sub(path.Join("offline", sleeperName(i))), Settings: offline}
 		}
 	}
