@@ -250,7 +250,7 @@ func (r *scenarioRun) makeCgroups() error {
 	if r.sc.Offline {
 		off := r.sc.offline(r.b.cpus)
 		off.Mems = r.b.mems
-		child := plugins.Settings{CPUs: off.CPUs, Mems: off.Mems}
+		child := r.offlineChild()
 		cgs = append(cgs, plugins.Cgroup{Path: r.sub("offline"), Settings: off},
 			plugins.Cgroup{Path: r.sub("offline/burner"), Settings: child},
 			plugins.Cgroup{Path: r.sub("offline/antagonist"), Settings: child})
@@ -259,6 +259,12 @@ func (r *scenarioRun) makeCgroups() error {
 }
 
 func (r *scenarioRun) sub(name string) string { return path.Join(r.rel, name) }
+
+// offlineChild are the settings of a cgroup under the offline parent: its CPUs, every memory
+// node; the parent's knobs hold it.
+func (r *scenarioRun) offlineChild() plugins.Settings {
+	return plugins.Settings{CPUs: r.sc.offline(r.b.cpus).CPUs, Mems: r.b.mems}
+}
 
 // startDayWorkloads starts the -day-workloads light workloads of a no-agent scenario in the
 // benchmark's own cgroups, placed as the scenario places its work: every other one beside the
@@ -270,7 +276,7 @@ func (r *scenarioRun) startDayWorkloads() error {
 		cgroups[i] = plugins.Cgroup{Path: r.sub(sleeperName(i)), Settings: r.b.everywhere()}
 	}
 	if r.sc.Offline {
-		offline := plugins.Settings{CPUs: r.sc.offline(r.b.cpus).CPUs, Mems: r.b.mems}
+		offline := r.offlineChild()
 		for i := 1; i < len(cgroups); i += 2 {
 			cgroups[i] = plugins.Cgroup{Path: r.sub(path.Join("offline", sleeperName(i))), Settings: offline}
 		}

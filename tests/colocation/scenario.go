@@ -74,7 +74,6 @@ const (
 	noIOAgent      = "io:\n  enabled: false\n"
 )
 
-// scenarios in the order they run each round.
 // agentStop is when a diagnostic scenario stops its agent.
 type agentStop int
 
@@ -88,6 +87,7 @@ const (
 	stopAtDay
 )
 
+// scenarios in the order they run each round.
 var scenarios = []scenario{
 	{Name: "online-alone", Online: true, About: "the online service alone (latency baseline)"},
 	{Name: "offline-alone", Offline: true, offline: plain, About: "the offline work alone (throughput baseline)"},
